@@ -1,0 +1,25 @@
+# Two targets for readers: `make book` (install + build the book), `make test` (all tests).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: install book test clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install "$(TORCH)"
+	$(PY) -m pip install -r requirements.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+book: install
+	$(VENV)/bin/jupyter-book build . -n -W --keep-going
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf _build

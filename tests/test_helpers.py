@@ -1,0 +1,75 @@
+"""Device choice, the attention-table figure and the exercise self-checks."""
+
+import importlib
+import math
+import pkgutil
+
+import matplotlib
+import pytest
+import torch
+
+import mhsa
+import mhsa.answers
+from mhsa.plotting import plot_attention, plot_heads
+from mhsa.teaching import check, expected_answer
+
+matplotlib.use("Agg")
+
+
+def test_default_device_prefers_cuda_then_mps_then_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert mhsa.default_device() == torch.device("cpu")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert mhsa.default_device() == torch.device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert mhsa.default_device() == torch.device("cuda")
+
+
+def test_plot_attention_labels_rows_with_queries_and_columns_with_keys():
+    table = torch.tensor([[0.1, 0.9], [0.5, 0.5], [1.0, 0.0]])
+    ax = plot_attention(table, ["a", "b", "c"], ["x", "y"], title="layer 0, head 1")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x", "y"]
+    assert ax.get_title() == "layer 0, head 1"
+    assert [t.get_text() for t in ax.texts] == ["0.10", "0.90", "0.50", "0.50", "1.00", "0.00"]
+    assert len(ax.figure.axes) == 2  # the heatmap and its colour bar
+    matplotlib.pyplot.close(ax.figure)
+
+
+def test_plot_attention_refuses_mismatched_labels():
+    with pytest.raises(ValueError, match=r"shape \(2, 2\) but got 3 query tokens and 2 key tokens"):
+        plot_attention(torch.zeros(2, 2), ["a", "b", "c"], ["x", "y"], title="t")
+    with pytest.raises(ValueError, match=r"must be 2-D \[n_q, n_k\], got shape \(2,\)"):
+        plot_attention(torch.zeros(2), ["a", "b"], ["x"], title="t")
+
+
+def test_plot_heads_draws_one_panel_per_head():
+    fig = plot_heads(torch.rand(3, 2, 2), ["a", "b"], ["a", "b"], title="layer 0", ncols=2)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["layer 0, head 0", "layer 0, head 1", "layer 0, head 2"]
+    matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match=r"\[h, n_q, n_k\]"):
+        plot_heads(torch.rand(2, 2), ["a", "b"], ["a", "b"], title="t")
+
+
+def registered_answers():
+    for info in pkgutil.iter_modules(mhsa.answers.__path__):
+        module = importlib.import_module(f"mhsa.answers.{info.name}")
+        yield from module.ANSWERS
+
+
+@pytest.mark.parametrize("exercise", sorted(registered_answers()))
+def test_every_registered_answer_computes_a_number(exercise, capsys):
+    value = expected_answer(exercise)
+    assert math.isfinite(value)
+    assert check(exercise, value) is True
+    assert check(exercise, value + 1.0) is False
+    assert check(exercise, None) is False
+    out = capsys.readouterr().out
+    assert f"exercise {exercise}: correct" in out and "not yet" in out and "not answered" in out
+
+
+def test_unknown_exercise_is_a_clear_error():
+    with pytest.raises(KeyError, match="no answers registered for chapter '99'"):
+        check("99.1", 1.0)
