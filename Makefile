@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: install book test clean
+.PHONY: install book test notebooks clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,3 +23,6 @@ test: install
 
 clean:
 	rm -rf _build
+
+notebooks: install  # re-execute chapters in place after editing them (NB=chapters/02_attention_table.ipynb for one)
+	$(PY) .ci/execute_notebooks.py $(NB)

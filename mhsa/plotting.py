@@ -60,7 +60,9 @@ def plot_attention(
     ax.set_ylabel("queries (i)")
     ax.set_title(title)
     if annotate:
-        middle = (np.nanmin(values) + np.nanmax(values)) / 2
+        low = np.nanmin(values) if vmin is None else vmin
+        high = np.nanmax(values) if vmax is None else vmax
+        middle = (low + high) / 2
         for (i, j), v in np.ndenumerate(values):
             colour = "black" if v > middle else "white"
             if cmap in ("Greys", "gray_r"):

@@ -26,7 +26,7 @@ def expected_answer(exercise: str) -> float:
     return float(answers[exercise]())
 
 
-def check(exercise: str, answer, *, tol: float = 1e-2) -> bool:
+def check(exercise: str, answer, *, tol: float = 1e-2) -> None:
     """Print whether ``answer`` is within ``tol`` (absolute) of the exercise's answer.
 
     Args:
@@ -34,8 +34,8 @@ def check(exercise: str, answer, *, tol: float = 1e-2) -> bool:
         answer: the reader's number, or ``None`` while not answered yet.
         tol: absolute tolerance.
 
-    Returns:
-        ``True`` when the answer is right.
+    Prints one line: correct, not yet, or not answered yet. Returns nothing, so a
+    notebook cell shows only that line.
 
     Raises:
         KeyError: unknown exercise.
@@ -43,7 +43,6 @@ def check(exercise: str, answer, *, tol: float = 1e-2) -> bool:
     expected = expected_answer(exercise)
     if answer is None:
         print(f"exercise {exercise}: not answered yet; put your number in place of None")
-        return False
+        return
     right = math.isclose(float(answer), expected, abs_tol=tol)
     print(f"exercise {exercise}: {'correct' if right else 'not yet, try again'}")
-    return right

@@ -1,0 +1,65 @@
+"""Answers to chapter 1's exercises (why context matters), computed with the package.
+
+Each answer is a property of the operations, not of one random draw, so the functions
+build their own seeded inputs rather than copying the chapter's.
+"""
+
+import torch
+import torch.nn.functional as F
+
+import mhsa
+
+_SENTENCE = ["They", "stoned", "the", "witch", "."]
+_EMBED_DIM = 8
+
+
+def _setup(seed: int = 0):
+    """A seeded embedding of the first sentence and random query, key, value matrices."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(_SENTENCE), _EMBED_DIM, generator=generator)
+    w_query, w_key, w_value = (
+        torch.randn(_EMBED_DIM, _EMBED_DIM, generator=generator) / _EMBED_DIM**0.5
+        for _ in range(3)
+    )
+    return x, w_query, w_key, w_value
+
+
+def per_token_mlp_cosine() -> float:
+    """01.1: cosine between a per-token MLP's outputs for two equal input vectors."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(_EMBED_DIM, 32), torch.nn.ReLU(), torch.nn.Linear(32, _EMBED_DIM)
+    )
+    x, *_ = _setup()
+    stoned = x[1]
+    other_sentence = torch.cat([torch.randn(3, _EMBED_DIM), stoned[None]])  # same vector, new context
+    with torch.no_grad():
+        return F.cosine_similarity(mlp(x)[1], mlp(other_sentence)[3], dim=0).item()
+
+
+def zero_query_weight() -> float:
+    """01.2: the weight 'stoned' gives each token when every query is zero."""
+    x, w_query, w_key, w_value = _setup()
+    _, weights = mhsa.scaled_dot_product_attention(
+        x @ torch.zeros_like(w_query), x @ w_key, x @ w_value
+    )
+    return weights[1, 0].item()
+
+
+def shuffled_cosine() -> float:
+    """01.3: cosine between 'stoned' updated in the sentence and in a shuffled copy."""
+    x, w_query, w_key, w_value = _setup()
+    order = [_SENTENCE.index(t) for t in ["witch", "the", "They", "stoned", "."]]
+
+    def attend(rows: torch.Tensor) -> torch.Tensor:
+        output, _ = mhsa.scaled_dot_product_attention(rows @ w_query, rows @ w_key, rows @ w_value)
+        return rows + output
+
+    return F.cosine_similarity(attend(x)[1], attend(x[order])[3], dim=0).item()
+
+
+ANSWERS = {
+    "01.1": per_token_mlp_cosine,
+    "01.2": zero_query_weight,
+    "01.3": shuffled_cosine,
+}
