@@ -64,7 +64,8 @@ def scaled_dot_product_attention(
             torch.bool.
         ValueError: an input has rank below 2; ``query`` and ``key`` last dimensions
             differ; ``key`` and ``value`` lengths differ; leading dimensions differ; the
-            mask does not broadcast to ``[..., n_q, n_k]``; ``dropout_p`` outside [0, 1).
+            mask does not broadcast to ``[..., n_q, n_k]`` or is on another device than
+            ``query``; ``dropout_p`` outside [0, 1).
 
     Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.2.1
     (scaled dot-product attention) and 3.2.3 (masking).
@@ -119,6 +120,11 @@ def prepare_mask(query, key, value, attn_mask=None, *, is_causal=False):
     n_q, n_k = query.shape[-2], key.shape[-2]
     if attn_mask is not None:
         check_bool_mask("attn_mask", attn_mask, (*query.shape[:-2], n_q, n_k))
+        if attn_mask.device != query.device:
+            raise ValueError(
+                f"`attn_mask` is on {attn_mask.device} but `query` is on {query.device}; "
+                "build the mask on the same device"
+            )
     if not is_causal:
         return attn_mask
     causal = causal_mask(n_q, n_k, device=query.device)

@@ -33,7 +33,7 @@ def test_matches_torch_without_mask(seed, lead):
 def test_matches_torch_with_bool_mask(mask_shape):
     q, k, v = qkv(2, 3)
     mask = torch.rand(mask_shape, generator=torch.Generator().manual_seed(3)) > 0.3
-    mask[..., 0] = True  # torch gives NaN on fully masked rows; compare where it is defined
+    mask[..., 0] = True  # fully masked rows are tested apart (tests/test_masking.py)
     out, weights = mhsa.scaled_dot_product_attention(q, k, v, mask)
     full = mask.expand(2, 3, 5, 7)  # torch needs at least [n_q, n_k]
     assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=full), atol=ATOL, rtol=0)
@@ -134,6 +134,13 @@ def _bad(**changes):
 def test_bad_input_raises_before_computing(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_mask_on_another_device_raises():
+    q, k, v = qkv()
+    mask = torch.ones(5, 7, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match="`attn_mask` is on meta but `query` is on cpu"):
+        mhsa.scaled_dot_product_attention(q, k, v, mask)
 
 
 def test_bad_dropout_raises():
