@@ -11,6 +11,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install "$(TORCH)"
 	$(PY) -m pip install -r requirements.txt
+	# a local MathJax lets the browser check run offline (optional: needs npm)
+	if command -v npm >/dev/null; then npm install --no-save --no-audit --no-fund --prefix _build/mathjax mathjax@3.2.2; fi
 	touch $@
 
 install: $(VENV)/.installed

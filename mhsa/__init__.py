@@ -5,8 +5,10 @@ e embed_dim = h * d, i query positions, j key positions.
 One mask convention across the package: boolean, True = may attend.
 """
 
+from . import teaching  # exercise self-checks: mhsa.teaching.check
 from .attention import scaled_dot_product_attention
 from .device import default_device
+from .layers import DecoderLayer, EncoderLayer, FeedForward, record_attention
 from .masks import (
     causal_mask,
     mask_from_additive,
@@ -16,8 +18,27 @@ from .masks import (
     padding_mask,
     padding_mask_from_ids,
 )
+from .models import (
+    Decoder,
+    Encoder,
+    EncoderDecoder,
+    TokenEmbedding,
+    sinusoidal_positional_encoding,
+)
+from .multihead import MultiHeadAttention
+from .patches import patchify, unpatchify
+from .vision import VisionTransformer
 
 __all__ = [
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderDecoder",
+    "EncoderLayer",
+    "FeedForward",
+    "MultiHeadAttention",
+    "TokenEmbedding",
+    "VisionTransformer",
     "causal_mask",
     "default_device",
     "mask_from_additive",
@@ -26,6 +47,11 @@ __all__ = [
     "mask_to_torch_mha",
     "padding_mask",
     "padding_mask_from_ids",
+    "patchify",
+    "record_attention",
     "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+    "teaching",
+    "unpatchify",
 ]
 __version__ = "0.1.0"

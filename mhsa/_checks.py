@@ -71,12 +71,8 @@ def check_shape(name: str, x, layout: tuple, last: int) -> None:
     ``layout`` names the dimensions for the message, e.g. ``("batch", "n_q", "embed_dim")``.
     """
     check_tensor(name, x)
-    expected = "[" + ", ".join(layout) + "]"
-    if x.dim() != len(layout):
-        raise ValueError(
-            f"`{name}` must be {len(layout)}-D {expected}, got shape {tuple(x.shape)}"
-        )
-    if x.shape[-1] != last:
-        raise ValueError(
-            f"`{name}` must be {expected} with {layout[-1]}={last}, got shape {tuple(x.shape)}"
-        )
+    if x.dim() != len(layout) or x.shape[-1] != last:
+        expected = f"{len(layout)}-D [{', '.join(layout)}]"
+        if x.dim() == len(layout):
+            expected += f" with {layout[-1]}={last}"
+        raise ValueError(f"`{name}` must be {expected}, got shape {tuple(x.shape)}")

@@ -6,6 +6,8 @@ uses the same polarity; ``torch.nn.MultiheadAttention`` uses the opposite one
 (True = ignore), and additive float masks use 0 / -inf. The converters below translate.
 """
 
+import operator
+
 import torch
 
 from ._checks import MASK_CONVENTION
@@ -35,14 +37,13 @@ def causal_mask(n_q: int, n_k: int | None = None, *, device=None) -> torch.Tenso
         torch.bool tensor ``[n_q, n_k]``.
 
     Raises:
-        ValueError: ``n_q`` or ``n_k`` is not a positive integer.
+        TypeError: ``n_q`` or ``n_k`` is not an integer.
+        ValueError: ``n_q`` or ``n_k`` is below 1.
 
     Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.2.3.
     """
-    n_k = n_q if n_k is None else n_k
-    for name, n in (("n_q", n_q), ("n_k", n_k)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"`{name}` must be a positive int, got {n!r}")
+    n_q = _positive_int("n_q", n_q)
+    n_k = n_q if n_k is None else _positive_int("n_k", n_k)
     i = torch.arange(n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
     return j <= i + (n_k - n_q)
@@ -52,24 +53,28 @@ def padding_mask(lengths, n_tokens: int) -> torch.Tensor:
     """Boolean padding mask ``[batch, 1, 1, n_tokens]``, True at real tokens.
 
     It masks keys, not queries: every query may attend to the real tokens of its own
-    sequence. Padded queries still get an output (nobody should read it).
+    sequence. Padded queries still get an output (nobody should read it). A sequence of
+    length 0 has no key at all: attention gives its queries zero weights and zero output.
 
     Args:
         lengths: real length of each sequence, a 1-D integer tensor or list ``[batch]``,
             each between 0 and ``n_tokens``.
-        n_tokens: padded length of the batch.
+        n_tokens: padded length of the batch, ``int >= 0``.
 
     Returns:
         torch.bool tensor ``[batch, 1, 1, n_tokens]`` on the device of ``lengths``.
 
     Raises:
-        TypeError: ``lengths`` is not integer.
-        ValueError: ``lengths`` is not 1-D, or a length is outside ``[0, n_tokens]``.
+        TypeError: ``lengths`` is not integer, or ``n_tokens`` is not an int.
+        ValueError: ``lengths`` is not 1-D, a length is outside ``[0, n_tokens]``, or
+            ``n_tokens`` is negative.
 
     Source: Vaswani et al. 2017, section 3.2.3 (masking); padding is standard batching.
     """
-    lengths = torch.as_tensor(lengths)
-    if lengths.is_floating_point() or lengths.dtype == torch.bool:
+    n_tokens = _positive_int("n_tokens", n_tokens, minimum=0)
+    if not isinstance(lengths, torch.Tensor):
+        lengths = torch.as_tensor(lengths, dtype=torch.long if len(lengths) == 0 else None)
+    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
         raise TypeError(f"`lengths` must hold integers, got {lengths.dtype}")
     if lengths.dim() != 1:
         raise ValueError(f"`lengths` must be 1-D [batch], got shape {tuple(lengths.shape)}")
@@ -86,11 +91,21 @@ def padding_mask_from_ids(token_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
 
     Args:
         token_ids: integer tensor ``[batch, n_tokens]``.
-        pad_id: the id of the padding token.
+        pad_id: the id of the padding token, an int.
+
+    Returns:
+        torch.bool tensor ``[batch, 1, 1, n_tokens]`` on the device of ``token_ids``.
 
     Raises:
+        TypeError: ``token_ids`` is not an integer tensor, or ``pad_id`` is not an int.
         ValueError: ``token_ids`` is not 2-D.
     """
+    if not isinstance(token_ids, torch.Tensor) or token_ids.is_floating_point() \
+            or token_ids.is_complex() or token_ids.dtype == torch.bool:
+        got = token_ids.dtype if isinstance(token_ids, torch.Tensor) else type(token_ids).__name__
+        raise TypeError(f"`token_ids` must be an integer tensor [batch, n_tokens], got {got}")
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+        raise TypeError(f"`pad_id` must be an int, got {type(pad_id).__name__}")
     if token_ids.dim() != 2:
         raise ValueError(
             f"`token_ids` must be [batch, n_tokens], got shape {tuple(token_ids.shape)}"
@@ -98,33 +113,95 @@ def padding_mask_from_ids(token_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (token_ids != pad_id)[:, None, None, :]
 
 
-def mask_from_torch_mha(mask: torch.Tensor) -> torch.Tensor:
+def mask_from_torch_mha(mask: torch.Tensor, *, key_padding: bool = False) -> torch.Tensor:
     """Convert a ``torch.nn.MultiheadAttention`` mask to ours (True = may attend).
 
     torch's module takes a bool mask with True = *ignore*, or an additive float mask.
     A bool mask is inverted; a float mask goes through :func:`mask_from_additive`.
+
+    Shapes: torch's ``attn_mask`` ``[n_q, n_k]`` converts as it is. Its
+    ``key_padding_mask`` ``[batch, n_k]`` must be converted with ``key_padding=True``,
+    which returns ``[batch, 1, 1, n_k]``: passed as ``[batch, n_k]`` it would be read as
+    ``[n_q, n_k]``. Its 3-D ``attn_mask`` ``[batch * heads, n_q, n_k]`` converts, then
+    needs ``einops.rearrange(m, "(b h) i j -> b h i j", h=num_heads)``.
+
+    Args:
+        mask: torch.bool (True = ignore) or floating (additive) tensor.
+        key_padding: ``mask`` is a ``key_padding_mask`` ``[batch, n_k]``.
+
+    Returns:
+        torch.bool tensor, True = may attend; ``[batch, 1, 1, n_k]`` when ``key_padding``,
+        otherwise the shape of ``mask``.
+
+    Raises:
+        TypeError: ``mask`` is neither a bool nor a floating tensor.
+        ValueError: ``key_padding`` and ``mask`` is not 2-D; a float mask holds values
+            that are not a mask (see :func:`mask_from_additive`).
     """
-    if mask.dtype == torch.bool:
-        return ~mask
-    return mask_from_additive(mask)
+    if not isinstance(mask, torch.Tensor) or not (
+        mask.dtype == torch.bool or mask.is_floating_point()
+    ):
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(
+            "`mask` must be a torch.nn.MultiheadAttention mask: torch.bool (True = ignore) "
+            f"or an additive float mask, got {got}"
+        )
+    if key_padding and mask.dim() != 2:
+        raise ValueError(
+            f"a `key_padding_mask` must be [batch, n_k], got shape {tuple(mask.shape)}"
+        )
+    allowed = ~mask if mask.dtype == torch.bool else mask_from_additive(mask)
+    return allowed[:, None, None, :] if key_padding else allowed
 
 
-def mask_to_torch_mha(mask: torch.Tensor) -> torch.Tensor:
-    """Convert our mask (True = may attend) to torch's MultiheadAttention one (True = ignore)."""
+def mask_to_torch_mha(mask: torch.Tensor, *, key_padding: bool = False) -> torch.Tensor:
+    """Convert our mask (True = may attend) to torch's MultiheadAttention one (True = ignore).
+
+    Args:
+        mask: torch.bool tensor, True = may attend. With ``key_padding``, a padding mask
+            ``[batch, 1, 1, n_k]`` (as :func:`padding_mask` returns) or ``[batch, n_k]``.
+        key_padding: return a ``key_padding_mask`` ``[batch, n_k]``.
+
+    Returns:
+        torch.bool tensor, True = ignore: the shape of ``mask``, or ``[batch, n_k]``.
+
+    Raises:
+        TypeError: ``mask`` is not torch.bool.
+        ValueError: ``key_padding`` and ``mask`` is not ``[batch, 1, 1, n_k]`` or
+            ``[batch, n_k]``.
+    """
     _require_bool(mask)
+    if key_padding:
+        if mask.dim() == 4 and mask.shape[1:3] == (1, 1):
+            mask = mask[:, 0, 0, :]
+        if mask.dim() != 2:
+            raise ValueError(
+                "with `key_padding=True`, `mask` must be [batch, 1, 1, n_k] or [batch, n_k], "
+                f"got shape {tuple(mask.shape)}"
+            )
     return ~mask
 
 
 def mask_from_additive(mask: torch.Tensor) -> torch.Tensor:
     """Convert an additive float mask (0 = keep, -inf or a large negative = block) to ours.
 
+    Large negatives (<= -1e4) cover the common stand-ins for -inf: -1e9,
+    ``torch.finfo(dtype).min``, -65504 in float16.
+
+    Args:
+        mask: floating tensor of any shape.
+
+    Returns:
+        torch.bool tensor of the same shape, True = may attend (where ``mask == 0``).
+
     Raises:
-        TypeError: ``mask`` is not floating point.
+        TypeError: ``mask`` is not a floating tensor.
         ValueError: it holds values other than 0 and large negatives (<= -1e4): that is
             a bias added to the scores, not a mask.
     """
-    if not mask.is_floating_point():
-        raise TypeError(f"`mask` must be an additive float mask, got {mask.dtype}")
+    if not isinstance(mask, torch.Tensor) or not mask.is_floating_point():
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"`mask` must be an additive float mask (0 = keep, -inf = block), got {got}")
     keep = mask == 0
     block = mask <= -1e4
     if not bool((keep | block).all()):
@@ -136,10 +213,37 @@ def mask_from_additive(mask: torch.Tensor) -> torch.Tensor:
 
 
 def mask_to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Convert our mask (True = may attend) to an additive one: 0 where True, -inf where False."""
+    """Convert our mask (True = may attend) to an additive one: 0 where True, -inf where False.
+
+    Pass ``dtype=query.dtype`` for torch's SDPA, which wants the mask in the query's dtype.
+    A row that is all -inf is a fully masked query: torch's SDPA gives it zeros, but
+    ``torch.nn.MultiheadAttention`` with ``need_weights=True`` gives NaN.
+
+    Args:
+        mask: torch.bool tensor, True = may attend.
+        dtype: floating dtype of the result.
+
+    Returns:
+        tensor of ``dtype`` and the shape of ``mask``: 0.0 where True, -inf where False.
+
+    Raises:
+        TypeError: ``mask`` is not torch.bool, or ``dtype`` is not floating point.
+    """
     _require_bool(mask)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"`dtype` must be a floating-point torch.dtype, got {dtype}")
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
+
+
+def _positive_int(name: str, n, minimum: int = 1) -> int:
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"`{name}` must be an int, got {type(n).__name__} {n!r}")
+    n = operator.index(n)
+    if n < minimum:
+        kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"`{name}` must be {kind}, got {n}")
+    return n
 
 
 def _require_bool(mask) -> None:

@@ -74,7 +74,7 @@ def test_chapter_ends_with_three_exercises_with_hidden_solutions(path):
 def test_strict_book_build_succeeds_with_executed_outputs():
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     command = [str(jupyter_book), "build", str(ROOT), "-n", "-W", "--keep-going"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     html = ROOT / "_build" / "html"
     for path in NOTEBOOKS:

@@ -1,0 +1,391 @@
+"""Transformer layers: the heads inside residual sublayers, with LayerNorm and a feed-forward net.
+
+Legend: b batch, n tokens, h heads, d head_dim, e embed_dim, i query positions, j key
+positions. Masks are boolean, **True = may attend** (``torch.nn.Transformer*Layer`` uses the
+opposite, True = ignore; convert with :func:`mhsa.mask_from_torch_mha`).
+
+Each sublayer ``f`` (self-attention, cross-attention, feed-forward) is wrapped the same way:
+
+- post-norm (Vaswani et al. 2017, section 3.1): ``x = norm(x + dropout(f(x)))``
+- pre-norm (Xiong et al. 2020, ``norm_first=True``): ``x = x + dropout(f(norm(x)))``
+
+The residual add is outside the heads: the heads' merged, projected output is added to ``x``.
+
+To read every layer's attention weights without changing what ``forward`` returns, wrap the
+calls in :func:`record_attention`.
+"""
+
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import check_bool_mask, check_positive_int, check_shape
+from .multihead import MultiHeadAttention
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: ``linear2(dropout(activation(linear1(x))))``.
+
+    The same two-layer network is applied to every token on its own; no information moves
+    between tokens here (that is attention's job).
+
+    Args:
+        embed_dim: width ``e`` of the input and output.
+        ff_dim: width of the hidden layer (the paper uses ``4 * e``: 2048 for ``e = 512``).
+        dropout: probability of zeroing a hidden unit in training mode, in ``[0, 1)``.
+        activation: ``"relu"`` (the paper) or ``"gelu"`` (exact, as ``torch.nn.GELU()``).
+        device, dtype: where and in which floating dtype to create the parameters.
+
+    Shape:
+        ``[..., embed_dim] -> [..., embed_dim]``.
+
+    Raises:
+        ValueError: a size that is not a positive int, ``dropout`` outside ``[0, 1)``, or an
+            unknown ``activation``.
+
+    Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.3.
+    """
+
+    def __init__(self, embed_dim, ff_dim, *, dropout=0.1, activation="relu", device=None,
+                 dtype=None):
+        super().__init__()
+        check_positive_int("embed_dim", embed_dim)
+        check_positive_int("ff_dim", ff_dim)
+        _check_dropout(dropout)
+        self.activation_name = _check_activation(activation)
+        self.activation = _ACTIVATIONS[activation]
+        kw = {"device": device, "dtype": dtype}
+        self.linear1 = nn.Linear(embed_dim, ff_dim, **kw)  # e -> ff_dim
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(ff_dim, embed_dim, **kw)  # ff_dim -> e
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation_name!r}"
+
+
+class _Layer(nn.Module):
+    """Shared by the encoder and decoder layers: one residual sublayer, attention recording."""
+
+    def _init_common(self, embed_dim, num_heads, ff_dim, dropout, activation, norm_first,
+                     layer_norm_eps, n_sublayers, kw):
+        check_positive_int("embed_dim", embed_dim)
+        check_positive_int("num_heads", num_heads)
+        _check_dropout(dropout)
+        _check_activation(activation)
+        self.embed_dim, self.num_heads, self.norm_first = embed_dim, num_heads, norm_first
+        self.feed_forward = FeedForward(embed_dim, ff_dim, dropout=dropout,
+                                        activation=activation, **kw)
+        for k in range(1, n_sublayers + 1):
+            setattr(self, f"norm{k}", nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw))
+            setattr(self, f"dropout{k}", nn.Dropout(dropout))
+        self._record = None  # (dict, prefix) while inside record_attention
+
+    def _sublayer(self, k, x, f):
+        """Sublayer ``k`` around ``f``: residual add, dropout, LayerNorm (post or pre)."""
+        norm, dropout = getattr(self, f"norm{k}"), getattr(self, f"dropout{k}")
+        if self.norm_first:
+            return x + dropout(f(norm(x)))  # pre-norm: the residual stream is never normed
+        return norm(x + dropout(f(x)))  # post-norm, as in the paper
+
+    def _attend(self, name, query, memory, mask, is_causal):
+        """Run attention module ``name``; store its weights while recording."""
+        out, weights = getattr(self, name)(query, memory, attn_mask=mask, is_causal=is_causal,
+                                           need_weights=self._record is not None)
+        if weights is not None:
+            record, prefix = self._record
+            record[prefix + name] = weights.detach()  # [b, h, n_q, n_k]
+        return out
+
+
+class EncoderLayer(_Layer):
+    """Transformer encoder layer: self-attention, then feed-forward, each a residual sublayer.
+
+    Post-norm (``norm_first=False``, the paper)::
+
+        x = norm1(x + dropout1(self_attn(x)))
+        x = norm2(x + dropout2(feed_forward(x)))
+
+    Pre-norm (``norm_first=True``, Xiong et al. 2020)::
+
+        x = x + dropout1(self_attn(norm1(x)))
+        x = x + dropout2(feed_forward(norm2(x)))
+
+    Args:
+        embed_dim: width ``e`` of the tokens.
+        num_heads: number of heads ``h``; must divide ``embed_dim``.
+        ff_dim: hidden width of the feed-forward network.
+        dropout: probability used by every dropout (attention weights, feed-forward hidden
+            units, each sublayer's output), in ``[0, 1)``; training mode only.
+        activation: ``"relu"`` or ``"gelu"``.
+        norm_first: pre-norm when True, post-norm when False.
+        layer_norm_eps: ``eps`` of the LayerNorms.
+        device, dtype: where and in which floating dtype to create the parameters.
+
+    Attributes:
+        self_attn: the :class:`mhsa.MultiHeadAttention`.
+        feed_forward: the :class:`FeedForward` network.
+        norm1, norm2: ``nn.LayerNorm`` of each sublayer (of its input when pre-norm).
+        dropout1, dropout2: ``nn.Dropout`` of each sublayer's update.
+        norm_first: True for pre-norm.
+
+    Shape:
+        ``x``: ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``.
+
+    Raises:
+        ValueError: at construction, a size that is not a positive int, ``embed_dim`` not
+            divisible by ``num_heads``, ``dropout`` outside ``[0, 1)``, or an unknown
+            ``activation``.
+
+    Source: Vaswani et al. 2017, "Attention Is All You Need", sections 3.1 (encoder stack,
+    residual connections, layer normalization) and 3.3 (feed-forward); Xiong et al. 2020,
+    "On Layer Normalization in the Transformer Architecture" (pre-norm).
+    """
+
+    def __init__(self, embed_dim, num_heads, ff_dim, *, dropout=0.1, activation="relu",
+                 norm_first=False, layer_norm_eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, **kw)
+        self._init_common(embed_dim, num_heads, ff_dim, dropout, activation, norm_first,
+                          layer_norm_eps, 2, kw)
+
+    def forward(self, x: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Contextualize every token of ``x``.
+
+        Args:
+            x: ``[batch, n, embed_dim]``, floating, the layer's dtype.
+            attn_mask: optional torch.bool mask broadcastable to
+                ``[batch, num_heads, n, n]``, **True = may attend**; typically a padding
+                mask ``[batch, 1, 1, n]`` from :func:`mhsa.padding_mask`.
+
+        Returns:
+            ``[batch, n, embed_dim]``.
+
+        Raises:
+            TypeError: ``x`` is not a floating tensor of the layer's dtype, or ``attn_mask``
+                is not torch.bool.
+            ValueError: ``x`` is not ``[batch, n, embed_dim]``, or ``attn_mask`` does not
+                broadcast to ``[batch, num_heads, n, n]``.
+        """
+        check_shape("x", x, ("batch", "n", "embed_dim"), self.embed_dim)
+        b, n = x.shape[:2]
+        if attn_mask is not None:
+            check_bool_mask("attn_mask", attn_mask, (b, self.num_heads, n, n))
+        x = self._sublayer(1, x, lambda y: self._attend("self_attn", y, None, attn_mask, False))
+        return self._sublayer(2, x, self.feed_forward)
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
+        """A copy of a ``torch.nn.TransformerEncoderLayer(batch_first=True)``, same weights.
+
+        In eval mode the copy's output equals torch's within float32 rounding (1e-5) for a
+        mask converted with :func:`mhsa.mask_from_torch_mha`.
+
+        Raises:
+            TypeError: ``layer`` is not a ``torch.nn.TransformerEncoderLayer``.
+            ValueError: it has ``batch_first=False``, LayerNorms or linears without bias,
+                or an activation other than relu/gelu.
+        """
+        return _copy_from_torch(cls, layer, nn.TransformerEncoderLayer,
+                                {"self_attn": "self_attn"}, 2)
+
+
+class DecoderLayer(_Layer):
+    """Transformer decoder layer: causal self-attention, cross-attention, feed-forward.
+
+    Post-norm (``norm_first=False``, the paper)::
+
+        x = norm1(x + dropout1(self_attn(x, causal)))
+        x = norm2(x + dropout2(cross_attn(query=x, key=value=memory)))
+        x = norm3(x + dropout3(feed_forward(x)))
+
+    Pre-norm (``norm_first=True``) normalizes each sublayer's input instead, as in
+    :class:`EncoderLayer`. The self-attention is always causal (token ``i`` sees tokens
+    ``j <= i``); in the cross-attention the ``n_tgt`` decoder tokens are the queries and the
+    ``n_src`` encoder outputs (``memory``) the keys and values, so its weights are
+    ``[batch, num_heads, n_tgt, n_src]``.
+
+    The arguments are those of :class:`EncoderLayer`; ``memory`` must have width ``embed_dim``.
+
+    Attributes:
+        self_attn: the causal self-attention, a :class:`mhsa.MultiHeadAttention`.
+        cross_attn: the cross-attention (torch calls it ``multihead_attn``).
+        feed_forward: the :class:`FeedForward` network.
+        norm1, norm2, norm3: ``nn.LayerNorm`` of each sublayer.
+        dropout1, dropout2, dropout3: ``nn.Dropout`` of each sublayer's update.
+
+    Shape:
+        ``x``: ``[batch, n_tgt, embed_dim]``, ``memory``: ``[batch, n_src, embed_dim]``
+        -> ``[batch, n_tgt, embed_dim]``.
+
+    Raises:
+        ValueError: at construction, as :class:`EncoderLayer`.
+
+    Source: Vaswani et al. 2017, sections 3.1 (decoder stack) and 3.2.3 (masked
+    self-attention; encoder-decoder attention); Xiong et al. 2020 (pre-norm).
+    """
+
+    def __init__(self, embed_dim, num_heads, ff_dim, *, dropout=0.1, activation="relu",
+                 norm_first=False, layer_norm_eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, **kw)
+        self.cross_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, **kw)
+        self._init_common(embed_dim, num_heads, ff_dim, dropout, activation, norm_first,
+                          layer_norm_eps, 3, kw)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, *,
+                self_attn_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Update the target tokens ``x`` from their past and from the encoder's ``memory``.
+
+        Args:
+            x: ``[batch, n_tgt, embed_dim]``, floating, the layer's dtype.
+            memory: encoder output ``[batch, n_src, embed_dim]``, same dtype.
+            self_attn_mask: optional torch.bool mask broadcastable to
+                ``[batch, num_heads, n_tgt, n_tgt]``, **True = may attend**, ANDed with the
+                causal mask (e.g. a target padding mask ``[batch, 1, 1, n_tgt]``).
+            memory_mask: optional torch.bool mask broadcastable to
+                ``[batch, num_heads, n_tgt, n_src]``, **True = may attend**; typically the
+                source padding mask ``[batch, 1, 1, n_src]``.
+
+        Returns:
+            ``[batch, n_tgt, embed_dim]``.
+
+        Raises:
+            TypeError: ``x`` or ``memory`` is not a floating tensor of the layer's dtype, or a
+                mask is not torch.bool.
+            ValueError: ``x`` or ``memory`` is not ``[batch, *, embed_dim]``, their batch
+                sizes differ, or a mask does not broadcast to its attention's scores.
+        """
+        check_shape("x", x, ("batch", "n_tgt", "embed_dim"), self.embed_dim)
+        check_shape("memory", memory, ("batch", "n_src", "embed_dim"), self.embed_dim)
+        (b, n_tgt), n_src = x.shape[:2], memory.shape[1]
+        if memory.shape[0] != b:
+            raise ValueError(f"`x` and `memory` must have the same batch size, got shapes "
+                             f"{tuple(x.shape)} and {tuple(memory.shape)}")
+        h = self.num_heads
+        if self_attn_mask is not None:
+            check_bool_mask("self_attn_mask", self_attn_mask, (b, h, n_tgt, n_tgt))
+        if memory_mask is not None:
+            check_bool_mask("memory_mask", memory_mask, (b, h, n_tgt, n_src))
+        x = self._sublayer(1, x, lambda y: self._attend("self_attn", y, None, self_attn_mask,
+                                                        True))
+        x = self._sublayer(2, x, lambda y: self._attend("cross_attn", y, memory, memory_mask,
+                                                        False))
+        return self._sublayer(3, x, self.feed_forward)
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
+        """A copy of a ``torch.nn.TransformerDecoderLayer(batch_first=True)``, same weights.
+
+        In eval mode the copy's output equals torch's within float32 rounding (1e-5) when
+        torch gets ``tgt_mask`` = the causal mask in its convention (True = ignore) with
+        ``tgt_is_causal=True`` (our layer is always causal), and masks converted with
+        :func:`mhsa.mask_to_torch_mha` (``key_padding=True`` for padding masks).
+
+        Raises:
+            TypeError: ``layer`` is not a ``torch.nn.TransformerDecoderLayer``.
+            ValueError: as :meth:`EncoderLayer.from_torch`.
+        """
+        return _copy_from_torch(cls, layer, nn.TransformerDecoderLayer,
+                                {"self_attn": "self_attn", "cross_attn": "multihead_attn"}, 3)
+
+
+@contextmanager
+def record_attention(model: nn.Module):
+    """Record the attention weights of every layer in ``model`` while the block runs.
+
+    Inside the ``with`` block, every :class:`EncoderLayer` and :class:`DecoderLayer` in
+    ``model`` (the model itself included) computes its attention weights and stores them
+    in the yielded dict, keyed by the attention module's name in ``model``, e.g.
+    ``"encoder.layers.0.self_attn"``, ``"decoder.layers.1.self_attn"``,
+    ``"decoder.layers.1.cross_attn"`` (just ``"self_attn"`` when ``model`` is one layer).
+    Each forward pass overwrites the entries, so the dict holds the last call's weights.
+    Outside the block nothing is stored and ``forward`` runs torch's fused attention.
+    What ``forward`` returns is the same inside and outside.
+
+    Example::
+
+        with mhsa.record_attention(model) as weights:
+            model(src, tgt)
+        cross = weights["decoder.layers.0.cross_attn"]  # [batch, heads, n_tgt, n_src]
+
+    Args:
+        model: any ``nn.Module`` containing mhsa layers.
+
+    Yields:
+        dict ``{name: weights}``; weights are detached tensors ``[batch, num_heads, n_q,
+        n_k]``, per head, before dropout (rows sum to 1; masked keys get 0).
+
+    Raises:
+        ValueError: ``model`` contains no mhsa layer, or is already being recorded.
+    """
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, _Layer)]
+    if not layers:
+        raise ValueError(f"`model` ({type(model).__name__}) contains no EncoderLayer or "
+                         "DecoderLayer whose attention could be recorded")
+    if any(layer._record is not None for _, layer in layers):
+        raise ValueError("`model` is already inside a record_attention block")
+    record = {}
+    for name, layer in layers:
+        layer._record = (record, f"{name}." if name else "")
+    try:
+        yield record
+    finally:
+        for _, layer in layers:
+            layer._record = None
+
+
+def _check_dropout(dropout) -> None:
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"`dropout` must be in [0, 1), got {dropout}")
+
+
+def _check_activation(activation) -> str:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"`activation` must be 'relu' or 'gelu', got {activation!r}")
+    return activation
+
+
+def _torch_activation_name(layer) -> str:
+    fn = layer.activation
+    if fn is F.relu or isinstance(fn, nn.ReLU):
+        return "relu"
+    if fn is F.gelu or (isinstance(fn, nn.GELU) and fn.approximate == "none"):
+        return "gelu"
+    raise ValueError(f"`layer` has activation {fn!r}; only relu and exact gelu are supported")
+
+
+def _copy_from_torch(cls, layer, torch_cls, attn_names, n_sublayers):
+    """Build ``cls`` with the hyper-parameters and weights of torch's ``layer``."""
+    if not isinstance(layer, torch_cls):
+        raise TypeError(f"`layer` must be a torch.nn.{torch_cls.__name__}, "
+                        f"got {type(layer).__name__}")
+    if not layer.self_attn.batch_first:
+        raise ValueError(f"`layer` has batch_first=False; {cls.__name__}.from_torch needs "
+                         f"torch.nn.{torch_cls.__name__}(..., batch_first=True)")
+    norms = [getattr(layer, f"norm{k}") for k in range(1, n_sublayers + 1)]
+    if any(norm.bias is None for norm in norms) or layer.linear1.bias is None:
+        raise ValueError("`layer` was built with bias=False; our layers always have biases")
+    weight = layer.linear1.weight
+    ours = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads, layer.linear1.out_features,
+               dropout=layer.dropout.p, activation=_torch_activation_name(layer),
+               norm_first=layer.norm_first, layer_norm_eps=norms[0].eps,
+               device=weight.device, dtype=weight.dtype)
+    for mine, theirs in attn_names.items():
+        setattr(ours, mine, MultiHeadAttention.from_torch(getattr(layer, theirs)))
+    with torch.no_grad():
+        ours.feed_forward.linear1.load_state_dict(layer.linear1.state_dict())
+        ours.feed_forward.linear2.load_state_dict(layer.linear2.state_dict())
+        for k, norm in enumerate(norms, start=1):
+            getattr(ours, f"norm{k}").load_state_dict(norm.state_dict())
+    return ours.train(layer.training)
+

@@ -1,0 +1,344 @@
+"""Stacks of layers and the encoder-decoder transformer, with embeddings and positions.
+
+Legend: b batch, n tokens, h heads, d head_dim, e embed_dim, i query positions, j key
+positions. Masks are boolean, **True = may attend**. Token ids are integer tensors
+``[batch, n]``; ``pad_id`` marks padding.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from ._checks import check_positive_int
+from .layers import DecoderLayer, EncoderLayer
+from .masks import padding_mask_from_ids
+
+
+def sinusoidal_positional_encoding(n_tokens: int, embed_dim: int, *, base: float = 10000.0,
+                                   device=None, dtype=torch.float32) -> torch.Tensor:
+    r"""The fixed sinusoidal positional encoding ``[n_tokens, embed_dim]``.
+
+    Position ``pos`` and column pair ``(2k, 2k+1)`` get::
+
+        PE[pos, 2k]   = sin(pos / base^(2k / embed_dim))
+        PE[pos, 2k+1] = cos(pos / base^(2k / embed_dim))
+
+    so each column pair is a clock with its own wavelength, from ``2*pi`` (``k = 0``) to
+    nearly ``2*pi*base``. It is added to the token embeddings, which otherwise carry no
+    order: attention without it is permutation-equivariant.
+
+    Args:
+        n_tokens: number of positions ``n``, ``int >= 1``.
+        embed_dim: width ``e``, a positive even int.
+        base: the wavelength base (10000 in the paper).
+        device, dtype: device and floating dtype of the result.
+
+    Returns:
+        tensor ``[n_tokens, embed_dim]`` with values in ``[-1, 1]``.
+
+    Raises:
+        ValueError: ``n_tokens`` or ``embed_dim`` is not a positive int, or ``embed_dim`` is odd.
+
+    Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.5.
+    """
+    check_positive_int("n_tokens", n_tokens)
+    check_positive_int("embed_dim", embed_dim)
+    if embed_dim % 2:
+        raise ValueError(f"`embed_dim` must be even (sin and cos columns pair up), "
+                         f"got {embed_dim}")
+    pos = torch.arange(n_tokens, device=device, dtype=torch.float64)[:, None]  # [n, 1]
+    two_k = torch.arange(0, embed_dim, 2, device=device, dtype=torch.float64)  # [e/2]
+    angle = pos / base ** (two_k / embed_dim)  # [n, e/2]
+    pe = torch.stack([angle.sin(), angle.cos()], dim=-1)  # [n, e/2, 2]
+    return pe.flatten(-2).to(dtype)  # [n, e]: sin, cos, sin, cos, ...
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids to vectors, scaled by ``sqrt(embed_dim)``.
+
+    The table is initialized with standard deviation ``embed_dim ** -0.5`` (as fairseq
+    does), so after the scaling each entry has unit variance: the same scale as the
+    positional encoding added next, whose entries lie in ``[-1, 1]``. (With
+    ``nn.Embedding``'s default N(0, 1) start, the scaled tokens would be ``sqrt(embed_dim)``
+    times larger and drown the positions.)
+
+    Args:
+        vocab_size: number of token ids.
+        embed_dim: width ``e``.
+        pad_id: optional id whose vector is kept at zero (``nn.Embedding(padding_idx=...)``).
+        device, dtype: where and in which floating dtype to create the table.
+
+    Shape:
+        ``[batch, n]`` integer ids -> ``[batch, n, embed_dim]``.
+
+    Raises:
+        ValueError: a size that is not a positive int.
+        TypeError: (forward) ids that are not an integer tensor.
+
+    Source: Vaswani et al. 2017, section 3.4.
+    """
+
+    def __init__(self, vocab_size, embed_dim, *, pad_id=None, device=None, dtype=None):
+        super().__init__()
+        check_positive_int("vocab_size", vocab_size)
+        check_positive_int("embed_dim", embed_dim)
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id,
+                                      device=device, dtype=dtype)
+        self.scale = math.sqrt(embed_dim)
+        with torch.no_grad():
+            self.embedding.weight.normal_(0.0, embed_dim ** -0.5)
+            if pad_id is not None:
+                self.embedding.weight[pad_id].zero_()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        _check_ids("ids", ids)
+        return self.embedding(ids) * self.scale
+
+
+class Encoder(nn.Module):
+    """``num_layers`` :class:`mhsa.EncoderLayer` in a row, with a final LayerNorm if pre-norm.
+
+    Args:
+        embed_dim, num_heads, ff_dim: as in :class:`mhsa.EncoderLayer`.
+        num_layers: number of layers, ``int >= 1``.
+        dropout, activation, norm_first, layer_norm_eps, device, dtype: passed to each layer.
+
+    Attributes:
+        layers: ``nn.ModuleList`` of the layers.
+        norm: ``nn.LayerNorm`` when ``norm_first``, else None. Pre-norm layers leave the
+            residual stream un-normalized; post-norm layers end with a LayerNorm already.
+            (``torch.nn.Transformer`` adds a final norm in both cases.)
+
+    Shape:
+        ``x``: ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``; ``attn_mask`` as in
+        :meth:`mhsa.EncoderLayer.forward` (True = may attend), shared by every layer.
+
+    Source: Vaswani et al. 2017, section 3.1; Xiong et al. 2020 (final norm with pre-norm).
+    """
+
+    def __init__(self, embed_dim, num_heads, ff_dim, num_layers, *, dropout=0.1,
+                 activation="relu", norm_first=False, layer_norm_eps=1e-5, device=None,
+                 dtype=None):
+        super().__init__()
+        check_positive_int("num_layers", num_layers)
+        kw = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
+              "layer_norm_eps": layer_norm_eps, "device": device, "dtype": dtype}
+        self.layers = nn.ModuleList(
+            EncoderLayer(embed_dim, num_heads, ff_dim, **kw) for _ in range(num_layers))
+        self.norm = _final_norm(norm_first, embed_dim, layer_norm_eps, device, dtype)
+
+    def forward(self, x: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, attn_mask=attn_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """``num_layers`` :class:`mhsa.DecoderLayer` in a row, with a final LayerNorm if pre-norm.
+
+    The arguments are those of :class:`Encoder`.
+
+    Attributes:
+        layers: ``nn.ModuleList`` of the layers.
+        norm: ``nn.LayerNorm`` when ``norm_first``, else None.
+
+    Shape:
+        ``x``: ``[batch, n_tgt, embed_dim]``, ``memory``: ``[batch, n_src, embed_dim]`` ->
+        ``[batch, n_tgt, embed_dim]``; masks as in :meth:`mhsa.DecoderLayer.forward`
+        (True = may attend), shared by every layer. Every layer attends to the same
+        ``memory``, the encoder's last output.
+
+    Source: Vaswani et al. 2017, section 3.1; Xiong et al. 2020 (final norm with pre-norm).
+    """
+
+    def __init__(self, embed_dim, num_heads, ff_dim, num_layers, *, dropout=0.1,
+                 activation="relu", norm_first=False, layer_norm_eps=1e-5, device=None,
+                 dtype=None):
+        super().__init__()
+        check_positive_int("num_layers", num_layers)
+        kw = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
+              "layer_norm_eps": layer_norm_eps, "device": device, "dtype": dtype}
+        self.layers = nn.ModuleList(
+            DecoderLayer(embed_dim, num_heads, ff_dim, **kw) for _ in range(num_layers))
+        self.norm = _final_norm(norm_first, embed_dim, layer_norm_eps, device, dtype)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, *,
+                self_attn_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, memory, self_attn_mask=self_attn_mask, memory_mask=memory_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class EncoderDecoder(nn.Module):
+    """The encoder-decoder transformer: source ids in, next-token logits for the target out.
+
+    ``src`` goes through :class:`TokenEmbedding` + sinusoidal positions + dropout and the
+    :class:`Encoder`, giving ``memory``; ``tgt`` (the target shifted right, starting with a
+    begin-of-sequence id) goes through its own embedding, positions, dropout and the
+    :class:`Decoder`, which attends to ``memory``; a linear ``generator`` maps each target
+    position to logits over the target vocabulary. Padding (``pad_id``) is masked in the
+    encoder self-attention, the cross-attention and the decoder self-attention.
+
+    Args:
+        src_vocab, tgt_vocab: number of source and of target token ids.
+        embed_dim, num_heads, ff_dim, num_layers: as in :class:`Encoder` (same for both stacks).
+        dropout: every dropout probability (embeddings, attention, sublayers, feed-forward).
+        pad_id: padding id, shared by source and target.
+        activation, norm_first, layer_norm_eps: passed to every layer.
+        device, dtype: where and in which floating dtype to create the parameters.
+
+    Attributes:
+        src_embed, tgt_embed: the :class:`TokenEmbedding` of each side.
+        encoder: the :class:`Encoder`.
+        decoder: the :class:`Decoder`.
+        generator: ``nn.Linear(embed_dim, tgt_vocab)``, from decoder outputs to logits.
+        pad_id: the padding id.
+
+    Shape:
+        ``src``: ``[batch, n_src]``, ``tgt``: ``[batch, n_tgt]`` (integer ids) ->
+        logits ``[batch, n_tgt, tgt_vocab]``.
+
+    Raises:
+        ValueError: a size that is not a positive int, or ``pad_id`` outside a vocabulary.
+
+    Source: Vaswani et al. 2017, sections 3.1 (architecture), 3.4 (embeddings and
+    softmax), 3.5 (positional encoding), 5.4 (dropout on embeddings plus positions).
+    """
+
+    def __init__(self, src_vocab, tgt_vocab, embed_dim, num_heads, ff_dim, num_layers, *,
+                 dropout=0.1, pad_id=0, activation="relu", norm_first=False,
+                 layer_norm_eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
+            check_positive_int(name, vocab)
+            if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab:
+                raise ValueError(f"`pad_id` must be an int in [0, {name}={vocab}), got {pad_id!r}")
+        self.pad_id = pad_id
+        kw = {"device": device, "dtype": dtype}
+        self.src_embed = TokenEmbedding(src_vocab, embed_dim, pad_id=pad_id, **kw)
+        self.tgt_embed = TokenEmbedding(tgt_vocab, embed_dim, pad_id=pad_id, **kw)
+        self.dropout = nn.Dropout(dropout)
+        stack = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
+                 "layer_norm_eps": layer_norm_eps, **kw}
+        self.encoder = Encoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
+        self.decoder = Decoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
+        self.generator = nn.Linear(embed_dim, tgt_vocab, **kw)
+
+    def _embed(self, embed: TokenEmbedding, ids: torch.Tensor) -> torch.Tensor:
+        x = embed(ids)  # [b, n, e]
+        pe = sinusoidal_positional_encoding(ids.shape[1], x.shape[-1], device=x.device,
+                                            dtype=x.dtype)
+        return self.dropout(x + pe)
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the encoder.
+
+        Args:
+            src: source ids ``[batch, n_src]``.
+
+        Returns:
+            ``(memory, src_mask)``: ``memory`` ``[batch, n_src, embed_dim]``; ``src_mask``
+            the source padding mask ``[batch, 1, 1, n_src]`` (True = real token, may attend).
+
+        Raises:
+            TypeError: ``src`` is not an integer tensor.
+            ValueError: ``src`` is not 2-D.
+        """
+        _check_ids("src", src)
+        src_mask = padding_mask_from_ids(src, self.pad_id)  # [b, 1, 1, n_src]
+        return self.encoder(self._embed(self.src_embed, src), attn_mask=src_mask), src_mask
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor,
+               src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the decoder and the generator: logits ``[batch, n_tgt, tgt_vocab]``.
+
+        Args:
+            tgt: target ids so far ``[batch, n_tgt]``, starting with the begin id.
+            memory: ``[batch, n_src, embed_dim]`` from :meth:`encode`.
+            src_mask: the source padding mask from :meth:`encode` (True = may attend).
+
+        Raises:
+            TypeError: ``tgt`` is not an integer tensor.
+            ValueError: ``tgt`` is not 2-D.
+        """
+        _check_ids("tgt", tgt)
+        tgt_mask = padding_mask_from_ids(tgt, self.pad_id)  # [b, 1, 1, n_tgt], ANDed w/ causal
+        x = self.decoder(self._embed(self.tgt_embed, tgt), memory,
+                         self_attn_mask=tgt_mask, memory_mask=src_mask)
+        return self.generator(x)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Logits ``[batch, n_tgt, tgt_vocab]``: position ``i`` predicts target token ``i+1``.
+
+        Args:
+            src: source ids ``[batch, n_src]``.
+            tgt: decoder input ids ``[batch, n_tgt]`` (the target shifted right).
+
+        Raises:
+            TypeError: ids that are not integer tensors.
+            ValueError: ids that are not 2-D, or batch sizes that differ.
+        """
+        _check_ids("src", src)
+        _check_ids("tgt", tgt)
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(f"`src` and `tgt` must have the same batch size, got shapes "
+                             f"{tuple(src.shape)} and {tuple(tgt.shape)}")
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt, memory, src_mask)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, *, bos_id: int, eos_id: int,
+                      max_len: int) -> torch.Tensor:
+        """Generate target ids one at a time, always taking the most likely next token.
+
+        The source is encoded once; at each step the decoder reads ``[bos, y_1, ..., y_t]``
+        and the last position's arg-max becomes ``y_{t+1}``. A sequence that has produced
+        ``eos_id`` is finished: the rest of its row is ``pad_id``. Decoding stops when every
+        sequence is finished or after ``max_len`` tokens. Call ``model.eval()`` first, or
+        dropout makes the choices random. Runs without gradients.
+
+        Args:
+            src: source ids ``[batch, n_src]``.
+            bos_id: begin-of-sequence id fed first (not returned).
+            eos_id: end-of-sequence id (returned, then padding).
+            max_len: most tokens to generate per sequence, ``eos`` included, ``int >= 1``.
+
+        Returns:
+            integer tensor ``[batch, n_out]``, ``n_out <= max_len``, without ``bos``.
+
+        Raises:
+            TypeError: ``src`` is not an integer tensor; an id that is not an int.
+            ValueError: ``src`` is not 2-D; ``max_len`` is not a positive int.
+        """
+        _check_ids("src", src)
+        check_positive_int("max_len", max_len)
+        for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
+            if isinstance(token, bool) or not isinstance(token, int):
+                raise TypeError(f"`{name}` must be an int, got {type(token).__name__}")
+        memory, src_mask = self.encode(src)
+        out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            next_id = self.decode(out, memory, src_mask)[:, -1].argmax(dim=-1)  # [b]
+            next_id = next_id.masked_fill(finished, self.pad_id)
+            finished |= next_id == eos_id
+            out = torch.cat([out, next_id[:, None]], dim=1)
+            if bool(finished.all()):
+                break
+        return out[:, 1:]
+
+
+def _final_norm(norm_first, embed_dim, eps, device, dtype):
+    return nn.LayerNorm(embed_dim, eps=eps, device=device, dtype=dtype) if norm_first else None
+
+
+def _check_ids(name: str, ids) -> None:
+    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() \
+            or ids.dtype == torch.bool:
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"`{name}` must be an integer tensor of token ids, got {got}")
+    if ids.dim() != 2:
+        raise ValueError(f"`{name}` must be 2-D [batch, n] token ids, got shape "
+                         f"{tuple(ids.shape)}")

@@ -1,0 +1,224 @@
+"""Stacks, embeddings, positions and the encoder-decoder model with greedy decoding."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import mhsa
+
+E, H, FF = 16, 4, 32
+PAD, BOS, EOS = 0, 1, 2
+
+
+def test_sinusoidal_positional_encoding_follows_the_paper_formula():
+    n, e = 7, 10
+    pe = mhsa.sinusoidal_positional_encoding(n, e)
+    assert pe.shape == (n, e) and pe.dtype == torch.float32
+    expected = torch.tensor([
+        [math.sin(pos / 10000 ** (2 * (c // 2) / e)) if c % 2 == 0
+         else math.cos(pos / 10000 ** (2 * (c // 2) / e)) for c in range(e)]
+        for pos in range(n)])
+    torch.testing.assert_close(pe, expected)
+    assert torch.equal(pe[0], torch.tensor([0.0, 1.0] * (e // 2)))
+
+
+def test_sinusoidal_positions_differ_and_prefix_is_stable():
+    pe = mhsa.sinusoidal_positional_encoding(50, 16)
+    distances = torch.cdist(pe, pe) + torch.eye(50) * 10
+    assert distances.min() > 0.1  # every position gets its own vector
+    torch.testing.assert_close(mhsa.sinusoidal_positional_encoding(20, 16), pe[:20])
+
+
+def test_sinusoidal_positional_encoding_refuses_bad_sizes():
+    with pytest.raises(ValueError, match=r"`embed_dim` must be even .* got 7"):
+        mhsa.sinusoidal_positional_encoding(4, 7)
+    with pytest.raises(ValueError, match=r"`n_tokens` must be a positive int, got 0"):
+        mhsa.sinusoidal_positional_encoding(0, 8)
+
+
+def test_token_embedding_is_scaled_by_sqrt_embed_dim():
+    torch.manual_seed(0)
+    embed = mhsa.TokenEmbedding(11, E, pad_id=PAD)
+    ids = torch.tensor([[3, 4, 0]])
+    torch.testing.assert_close(embed(ids), embed.embedding.weight[ids] * 4.0)
+    assert torch.equal(embed(ids)[0, 2], torch.zeros(E))  # padding vector is zero
+    wide = mhsa.TokenEmbedding(1000, 64)  # scaled entries start with unit variance, like PE
+    assert abs(wide(torch.arange(1000)[None]).std().item() - 1.0) < 0.05
+    with pytest.raises(TypeError, match=r"`ids` must be an integer tensor of token ids, got "
+                                        r"torch.float32"):
+        embed(torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_stacks_match_torch_encoder_and_decoder(norm_first):
+    torch.manual_seed(0)
+    kw = {"dropout": 0.1, "norm_first": norm_first, "batch_first": True}
+    enc_layer = nn.TransformerEncoderLayer(E, H, FF, **kw)
+    dec_layer = nn.TransformerDecoderLayer(E, H, FF, **kw)
+    torch_enc = nn.TransformerEncoder(enc_layer, 2, norm=nn.LayerNorm(E) if norm_first else None,
+                                      enable_nested_tensor=False).eval()
+    torch_dec = nn.TransformerDecoder(dec_layer, 2, norm=nn.LayerNorm(E) if norm_first else None
+                                      ).eval()
+    ours_enc = mhsa.Encoder(E, H, FF, 2, norm_first=norm_first).eval()
+    ours_dec = mhsa.Decoder(E, H, FF, 2, norm_first=norm_first).eval()
+    for ours, theirs in ((ours_enc, torch_enc), (ours_dec, torch_dec)):
+        for k, layer in enumerate(theirs.layers):
+            ours.layers[k] = type(ours.layers[k]).from_torch(layer)
+        assert (ours.norm is None) == (theirs.norm is None)
+        if ours.norm is not None:
+            with torch.no_grad():
+                theirs.norm.weight.normal_()
+            ours.norm.load_state_dict(theirs.norm.state_dict())
+    src, tgt = torch.randn(2, 6, E), torch.randn(2, 4, E)
+    mask = mhsa.padding_mask([6, 3], 6)
+    memory = ours_enc(src, attn_mask=mask)
+    expected = torch_enc(src, src_key_padding_mask=mhsa.mask_to_torch_mha(mask, key_padding=True))
+    torch.testing.assert_close(memory[0], expected[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(memory[1, :3], expected[1, :3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        ours_dec(tgt, memory, memory_mask=mask),
+        torch_dec(tgt, memory, tgt_mask=mhsa.mask_to_torch_mha(mhsa.causal_mask(4)),
+                  tgt_is_causal=True,
+                  memory_key_padding_mask=mhsa.mask_to_torch_mha(mask, key_padding=True)),
+        atol=1e-5, rtol=1e-5)
+
+
+def small_model(seed=0, num_layers=2, **kw):
+    torch.manual_seed(seed)
+    args = {"dropout": 0.0, "pad_id": PAD, **kw}
+    return mhsa.EncoderDecoder(13, 13, E, H, FF, num_layers, **args).eval()
+
+
+def test_forward_returns_logits_and_ignores_source_padding():
+    model = small_model()
+    src = torch.tensor([[3, 4, 5, 6], [7, 8, 9, PAD]])
+    tgt = torch.tensor([[BOS, 6, 5], [BOS, 9, 8]])
+    logits = model(src, tgt)
+    assert logits.shape == (2, 3, 13)
+    more_padding = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
+    torch.testing.assert_close(model(more_padding, tgt), logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model(src[1:, :3], tgt[1:]), logits[1:], atol=1e-5, rtol=1e-5)
+
+
+def test_model_logits_at_i_ignore_later_target_tokens():
+    model = small_model(norm_first=True)
+    src = torch.tensor([[3, 4, 5, 6]])
+    tgt = torch.tensor([[BOS, 6, 5, 4]])
+    changed = tgt.clone()
+    changed[0, 2] = 11
+    torch.testing.assert_close(model(src, changed)[:, :2], model(src, tgt)[:, :2],
+                               atol=0, rtol=0)
+
+
+def reversal_batch(g, batch, n):
+    src = torch.randint(3, 13, (batch, n), generator=g)
+    target = torch.cat([src.flip(1), torch.full((batch, 1), EOS)], dim=1)
+    tgt_in = torch.cat([torch.full((batch, 1), BOS), target[:, :-1]], dim=1)
+    return src, tgt_in, target
+
+
+def test_a_short_training_run_lowers_the_loss():
+    model = small_model(seed=0, num_layers=1).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    for _ in range(30):
+        src, tgt_in, target = reversal_batch(g, 64, 3)
+        loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), target.flatten(),
+                               ignore_index=PAD)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < 0.7 * first, (first, last)
+    # A model that ignores the source can at best be sure of eos and guess 3 digits out of
+    # 10: mean loss 3 * ln(10) / 4 = 1.73. Going below it means reading the source.
+    assert last < 3 * math.log(10) / 4 - 0.08, (first, last)
+
+
+def scripted(model, script):
+    """Make ``model.decode`` return logits that pick ``script[b][t]`` at step ``t``."""
+    calls = []
+
+    def decode(tgt, memory, src_mask=None):
+        step = tgt.shape[1] - 1
+        calls.append(step)
+        logits = torch.zeros(tgt.shape[0], tgt.shape[1], 13)
+        for b, tokens in enumerate(script):
+            logits[b, -1, tokens[min(step, len(tokens) - 1)]] = 1.0
+        return logits
+
+    model.decode = decode
+    return calls
+
+
+def test_greedy_decode_pads_after_eos_and_stops_when_all_finished():
+    model = small_model()
+    calls = scripted(model, [[5, EOS, 7, 7, 7, 7], [4, 6, 8, EOS, 9, 9]])
+    out = model.greedy_decode(torch.tensor([[3, 4], [5, 6]]), bos_id=BOS, eos_id=EOS, max_len=6)
+    assert out.tolist() == [[5, EOS, PAD, PAD], [4, 6, 8, EOS]]
+    assert calls == [0, 1, 2, 3]  # stopped once both had produced eos
+
+
+def test_greedy_decode_stops_at_max_len_without_eos():
+    model = small_model()
+    scripted(model, [[5], [6]])
+    out = model.greedy_decode(torch.tensor([[3, 4], [5, 6]]), bos_id=BOS, eos_id=EOS, max_len=3)
+    assert out.shape == (2, 3) and out.dtype == torch.long
+    assert out.tolist() == [[5, 5, 5], [6, 6, 6]]
+
+
+def test_greedy_decode_agrees_with_teacher_forced_argmax():
+    model = small_model(seed=3)
+    src = torch.tensor([[3, 4, 5], [6, 7, PAD]])
+    out = model.greedy_decode(src, bos_id=BOS, eos_id=EOS, max_len=5)
+    assert out.shape[0] == 2 and 1 <= out.shape[1] <= 5
+    tgt_in = torch.cat([torch.full((2, 1), BOS), out[:, :-1]], dim=1)
+    predicted = model(src, tgt_in).argmax(-1)
+    for b in range(2):  # up to and including the first eos, the tokens are the argmax
+        n = out.shape[1] if EOS not in out[b] else out[b].tolist().index(EOS) + 1
+        assert torch.equal(predicted[b, :n], out[b, :n])
+
+
+def test_record_attention_covers_every_layer_of_the_model():
+    model = small_model()
+    src = torch.tensor([[3, 4, 5, PAD, PAD]])
+    tgt = torch.tensor([[BOS, 5, 4, 3]])
+    plain = model(src, tgt)
+    with mhsa.record_attention(model) as weights:
+        recorded = model(src, tgt)
+    torch.testing.assert_close(recorded, plain, atol=1e-5, rtol=1e-5)
+    assert sorted(weights) == [
+        "decoder.layers.0.cross_attn", "decoder.layers.0.self_attn",
+        "decoder.layers.1.cross_attn", "decoder.layers.1.self_attn",
+        "encoder.layers.0.self_attn", "encoder.layers.1.self_attn"]
+    cross = weights["decoder.layers.1.cross_attn"]
+    assert cross.shape == (1, H, 4, 5)  # n_tgt queries, n_src keys
+    assert torch.equal(cross[..., 3:], torch.zeros(1, H, 4, 2))  # padded source keys
+    assert weights["encoder.layers.0.self_attn"].shape == (1, H, 5, 5)
+
+
+def test_model_errors_name_the_argument():
+    with pytest.raises(ValueError, match=r"`pad_id` must be an int in \[0, tgt_vocab=5\), got 7"):
+        mhsa.EncoderDecoder(10, 5, E, H, FF, 1, pad_id=7)
+    with pytest.raises(ValueError, match=r"`num_layers` must be a positive int, got 0"):
+        mhsa.EncoderDecoder(10, 10, E, H, FF, 0)
+    model = small_model()
+    with pytest.raises(TypeError, match=r"`src` must be an integer tensor of token ids, got "
+                                        r"torch.float32"):
+        model(torch.zeros(1, 3), torch.zeros(1, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"`tgt` must be 2-D \[batch, n\] token ids, got "
+                                         r"shape \(3,\)"):
+        model(torch.ones(1, 3, dtype=torch.long), torch.ones(3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"`src` and `tgt` must have the same batch size"):
+        model(torch.ones(2, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"`max_len` must be a positive int, got 0"):
+        model.greedy_decode(torch.ones(1, 3, dtype=torch.long), bos_id=BOS, eos_id=EOS,
+                            max_len=0)
+    with pytest.raises(TypeError, match=r"`eos_id` must be an int, got float"):
+        model.greedy_decode(torch.ones(1, 3, dtype=torch.long), bos_id=BOS, eos_id=2.0,
+                            max_len=3)
