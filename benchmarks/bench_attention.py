@@ -2,8 +2,11 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_attention.py            # full run, about 1-2 minutes
-    .venv/bin/python benchmarks/bench_attention.py --repeats 5  # quick look
+    .venv/bin/python benchmarks/bench_attention.py                      # quiet machine
+    .venv/bin/python benchmarks/bench_attention.py --threads 1 --clock cpu  # busy machine
+    .venv/bin/python benchmarks/bench_attention.py --repeats 5            # quick look
+
+A full run takes about 40 s (one thread) to 90 s (two threads, busy machine) on 2 cores.
 
 Five implementations share the same weights and run in eval mode under
 ``torch.inference_mode()``. They are interleaved: every round calls each of them once,
@@ -34,7 +37,6 @@ from mhsa import MultiHeadAttention
 
 SIZES = [(8, 128, 256, 8), (4, 512, 256, 8), (1, 2048, 256, 8)]  # batch, tokens, e, heads
 # call order within a round; each compared pair is adjacent (odd rounds run it backwards)
-CLOCK = time.perf_counter  # wall clock; --clock cpu switches to this process's CPU time
 ORDER = ["torch MHA", "plain fused", "ours fused", "ours explicit", "plain explicit"]
 RATIOS = {
     "ours fused / plain fused": ("ours fused", "plain fused"),
@@ -42,6 +44,7 @@ RATIOS = {
     "torch MHA / plain fused": ("torch MHA", "plain fused"),
 }
 TARGETS = {"ours fused / plain fused": 1.05, "ours explicit / plain explicit": 1.15}
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def split(m, x, proj):
@@ -90,7 +93,7 @@ def check_agreement(x, impls):
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=name)
 
 
-def time_size(size, repeats, warmup):
+def time_size(size, repeats, warmup, clock):
     """Seconds per call of each implementation, one sample per round, rounds interleaved.
 
     Each round calls the five once. Compared implementations sit next to each other in
@@ -106,9 +109,9 @@ def time_size(size, repeats, warmup):
                 fn()
         for r in range(repeats):
             for name in ORDER if r % 2 == 0 else ORDER[::-1]:
-                start = CLOCK()
+                start = clock()
                 impls[name]()
-                samples[name].append(CLOCK() - start)
+                samples[name].append(clock() - start)
     return samples
 
 
@@ -133,7 +136,7 @@ def report(size, samples):
     return row
 
 
-def overhead_probe(blocks=15, calls=200):
+def overhead_probe(clock, blocks=15, calls=200):
     """Fixed per-call cost (Python, checks, einops) on a tiny input, in microseconds.
 
     The minimum over blocks of ``calls`` calls: contention from other processes only
@@ -147,10 +150,10 @@ def overhead_probe(blocks=15, calls=200):
         for name in ORDER:
             fn, times = impls[name], []
             for _ in range(blocks):
-                start = CLOCK()
+                start = clock()
                 for _ in range(calls):
                     fn()
-                times.append((CLOCK() - start) / calls)
+                times.append((clock() - start) / calls)
             best[name] = min(times) * 1e6
     torch.set_num_threads(threads)
     return best
@@ -169,22 +172,20 @@ def main():
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.clock == "cpu":
-        global CLOCK
-        CLOCK = time.process_time
+    clock = CLOCKS[args.clock]
     load_before = os.getloadavg()[0]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
           f"{platform.machine()}, python {platform.python_version()}, "
           f"load average before {load_before:.2f}")
     rows = {}
     for size, default in zip(SIZES, [60, 30, 12]):
-        rows[size] = report(size, time_size(size, args.repeats or default, args.warmup))
-    probe = overhead_probe()
+        rows[size] = report(size, time_size(size, args.repeats or default, args.warmup, clock))
+    probe = overhead_probe(clock)
     print("\nfixed cost per call on a tiny input (1, 4, 32, 2), 1 thread, best of 15 x 200 calls:")
     for name in ORDER:
         print(f"  {name:<15}{probe[name]:8.1f} us")
-    for pair, (a, b) in RATIOS.items():
-        print(f"  {pair + ' (difference)':<45}{probe[a] - probe[b]:+8.1f} us")
+    for a, b in RATIOS.values():
+        print(f"  {a + ' - ' + b:<34}{probe[a] - probe[b]:+8.1f} us")
     print("\nratios: median of per-round ratios [quartiles], ratio of minima, target")
     for pair in RATIOS:
         print(f"  {pair}" + (f" (target <= {TARGETS[pair]})" if pair in TARGETS else ""))

@@ -1,12 +1,13 @@
 """mhsa: multi-head self-attention, from the attention table to the transformer.
 
 Legend for every einops pattern and docstring: b batch, n tokens, h heads, d head_dim,
-e embed_dim = h * d, i query positions, j key positions.
+e embed_dim, i query positions, j key positions; h * d is qkv_dim (embed_dim by default).
 One mask convention across the package: boolean, True = may attend.
 """
 
 from . import teaching  # exercise self-checks: mhsa.teaching.check
 from .attention import scaled_dot_product_attention
+from .cache import KVCache
 from .device import default_device
 from .layers import DecoderLayer, EncoderLayer, FeedForward, record_attention
 from .masks import (
@@ -36,6 +37,7 @@ __all__ = [
     "EncoderDecoder",
     "EncoderLayer",
     "FeedForward",
+    "KVCache",
     "MultiHeadAttention",
     "TokenEmbedding",
     "VisionTransformer",

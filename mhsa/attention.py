@@ -1,7 +1,7 @@
 """Scaled dot-product attention, written out step by step.
 
 Legend (used in every einops pattern of the package): b batch, n tokens, h heads,
-d head_dim, e embed_dim = h * d, i query positions, j key positions.
+d head_dim, e embed_dim, i query positions, j key positions; h * d is qkv_dim (embed_dim by default).
 Masks are boolean, True = may attend.
 """
 

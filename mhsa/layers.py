@@ -310,7 +310,8 @@ def record_attention(model: nn.Module):
     ``"decoder.layers.1.cross_attn"`` (just ``"self_attn"`` when ``model`` is one layer).
     Each forward pass overwrites the entries, so the dict holds the last call's weights.
     Outside the block nothing is stored and ``forward`` runs torch's fused attention.
-    What ``forward`` returns is the same inside and outside.
+    What ``forward`` returns is the same inside and outside, up to float rounding (inside,
+    the explicit :func:`mhsa.scaled_dot_product_attention` replaces the fused kernel).
 
     Example::
 

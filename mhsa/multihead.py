@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ._checks import check_divisible, check_positive_int, check_shape
+from ._checks import check_bool_mask, check_divisible, check_positive_int, check_shape
 from .attention import prepare_mask, scaled_dot_product_attention, softmax_safe
 
 
@@ -65,6 +65,14 @@ class MultiHeadAttention(nn.Module):
             divisible by ``num_heads`` (e.g. "`qkv_dim` (30) must be divisible by
             `num_heads` (4)"), or ``dropout`` outside ``[0, 1)``.
 
+    Example::
+
+        >>> mha = MultiHeadAttention(256, 8)  # 8 heads of head_dim 32
+        >>> x = torch.randn(2, 10, 256)
+        >>> out, weights = mha(x, need_weights=True)
+        >>> tuple(out.shape), tuple(weights.shape)
+        ((2, 10, 256), (2, 8, 10, 10))
+
     Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.2.2
     (multi-head attention).
     """
@@ -92,7 +100,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(qkv_dim, embed_dim, **kw)  # h*d -> e
 
     def forward(self, query, key=None, value=None, *, attn_mask=None, is_causal=False,
-                need_weights=False):
+                need_weights=False, cache=None):
         r"""Attend from ``query`` to ``key``/``value``; self-attention when ``key`` is None.
 
         Args:
@@ -110,6 +118,11 @@ class MultiHeadAttention(nn.Module):
             need_weights: return the per-head attention weights. ``False`` runs torch's fused
                 ``scaled_dot_product_attention``; ``True`` runs the explicit
                 :func:`mhsa.scaled_dot_product_attention`. Same output (float32, 1e-5).
+            cache: a :class:`mhsa.KVCache`, to decode step by step (self-attention only):
+                the keys and values of ``query`` are appended to it, and the ``n_q`` new
+                queries attend over all ``n_k = n_cached + n_q`` cached keys, causally
+                aligned bottom-right whatever ``is_causal`` says. ``attn_mask`` then
+                broadcasts to ``[batch, num_heads, n_q, n_k]``.
 
         Returns:
             ``(output, weights)``: ``output`` ``[batch, n_q, embed_dim]``; ``weights``
@@ -124,8 +137,13 @@ class MultiHeadAttention(nn.Module):
             ValueError: an input is not 3-D or has the wrong last dimension (``query``:
                 embed_dim, ``key``: kdim, ``value``: vdim); batch sizes differ; ``key`` and
                 ``value`` lengths differ; ``attn_mask`` does not broadcast to
-                ``[batch, num_heads, n_q, n_k]``.
+                ``[batch, num_heads, n_q, n_k]``; ``cache`` given with ``key`` or ``value``,
+                or holding keys of another batch size, head count or head_dim (see
+                :meth:`mhsa.KVCache.update`).
         """
+        if cache is not None and (key is not None or value is not None):
+            raise ValueError("`cache` serves self-attention: call with key=None and value=None "
+                             "(cross-attention keys come from a memory that does not grow)")
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value)
@@ -133,6 +151,10 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(self.q_proj(query), h)  # [b, h, n_q, d]
         k = split_heads(self.k_proj(key), h)  # [b, h, n_k, d]
         v = split_heads(self.v_proj(value), h)  # [b, h, n_k, d]
+        if cache is not None:  # decoding: the new queries see every key so far, causally
+            _check_cached_mask(attn_mask, q, len(cache))  # before the cache grows
+            k, v = cache.update(k, v)  # [b, h, n_cached + n_q, d]
+            is_causal = True
         if need_weights:  # explicit: weights [b, h, n_q, n_k]
             out, weights = scaled_dot_product_attention(
                 q, k, v, attn_mask, is_causal=is_causal, dropout_p=p)
@@ -201,13 +223,30 @@ class MultiHeadAttention(nn.Module):
 
 
 def _fused_attention(q, k, v, attn_mask, is_causal, dropout_p):
-    """torch's fused kernel under our rules: bool mask, bottom-right causal, empty rows 0."""
+    """torch's fused kernel under our rules: bool mask, bottom-right causal, empty rows 0.
+
+    No ``[n_q, n_k]`` tensor is built when nothing is masked or when the only mask is
+    causal with ``n_q == 1`` (one query sees every key) or ``n_q == n_k`` (torch's
+    ``is_causal``, aligned top-left, is then the same mask): torch's flash kernel then
+    works through the keys block by block.
+    """
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    is_causal = is_causal and n_q > 1  # a single query, aligned bottom-right, sees every key
     if attn_mask is None and not is_causal:  # nothing to mask: no mask work at all
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    if attn_mask is None and n_q == n_k:  # square causal: torch's is_causal, same mask
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     mask = prepare_mask(q, k, v, attn_mask, is_causal=is_causal)  # bool [.., n_q, n_k]
     out = F.scaled_dot_product_attention(  # empty rows opened: no NaN, even in gradients
         q, k, v, attn_mask=softmax_safe(mask), dropout_p=dropout_p)
     return out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # rows with no key: 0
+
+
+def _check_cached_mask(attn_mask, q, n_cached) -> None:
+    """Check ``attn_mask`` against the scores of a cached call, ``[b, h, n_q, n_cached + n_q]``."""
+    if attn_mask is not None:
+        b, h, n_q, _ = q.shape
+        check_bool_mask("attn_mask", attn_mask, (b, h, n_q, n_cached + n_q))
 
 
 def _check_torch_mha(module) -> None:
