@@ -40,12 +40,10 @@ def check_bool_mask(name: str, mask, target_shape: tuple) -> None:
             "(True = ignore) with `mhsa.mask_from_torch_mha(mask)`"
         )
     target = tuple(target_shape)
-    ok = mask.dim() <= len(target)
-    if ok:
-        try:
-            ok = tuple(torch.broadcast_shapes(tuple(mask.shape), target)) == target
-        except RuntimeError:
-            ok = False
+    # right-aligned, each mask dimension is 1 or equal to the target's (plain Python: cheap)
+    ok = mask.dim() <= len(target) and all(
+        m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target))
+    )
     if not ok:
         raise ValueError(
             f"`{name}` of shape {tuple(mask.shape)} does not broadcast to the attention "

@@ -89,6 +89,8 @@ class KVCache:
         if value.dtype != key.dtype:
             raise TypeError(f"`key` and `value` must share one dtype, got {key.dtype} and "
                             f"{value.dtype}")
+        if value.device != key.device:
+            raise ValueError(f"`key` is on {key.device} but `value` on {value.device}")
         if self.key is None:
             return
         b, h, _, d = self.key.shape

@@ -94,10 +94,10 @@ class _Layer(nn.Module):
             return x + dropout(f(norm(x)))  # pre-norm: the residual stream is never normed
         return norm(x + dropout(f(x)))  # post-norm, as in the paper
 
-    def _attend(self, name, query, memory, mask, is_causal):
+    def _attend(self, name, query, memory, mask, is_causal, cache=None):
         """Run attention module ``name``; store its weights while recording."""
         out, weights = getattr(self, name)(query, memory, attn_mask=mask, is_causal=is_causal,
-                                           need_weights=self._record is not None)
+                                           need_weights=self._record is not None, cache=cache)
         if weights is not None:
             record, prefix = self._record
             record[prefix + name] = weights.detach()  # [b, h, n_q, n_k]
@@ -243,7 +243,7 @@ class DecoderLayer(_Layer):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *,
                 self_attn_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+                memory_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
         """Update the target tokens ``x`` from their past and from the encoder's ``memory``.
 
         Args:
@@ -255,6 +255,12 @@ class DecoderLayer(_Layer):
             memory_mask: optional torch.bool mask broadcastable to
                 ``[batch, num_heads, n_tgt, n_src]``, **True = may attend**; typically the
                 source padding mask ``[batch, 1, 1, n_src]``.
+            cache: optional :class:`mhsa.KVCache` of this layer's self-attention, to decode
+                step by step: ``x`` holds only the tokens after the ``len(cache)`` already
+                read, and ``self_attn_mask`` broadcasts to
+                ``[batch, num_heads, n_tgt, len(cache) + n_tgt]``. The cross-attention
+                projects ``memory`` again at each call: for short sources a small share of a
+                step (chapter 9 measures it).
 
         Returns:
             ``[batch, n_tgt, embed_dim]``.
@@ -263,7 +269,8 @@ class DecoderLayer(_Layer):
             TypeError: ``x`` or ``memory`` is not a floating tensor of the layer's dtype, or a
                 mask is not torch.bool.
             ValueError: ``x`` or ``memory`` is not ``[batch, *, embed_dim]``, their batch
-                sizes differ, or a mask does not broadcast to its attention's scores.
+                sizes differ, a mask does not broadcast to its attention's scores, or
+                ``cache`` holds keys of another batch (see :meth:`mhsa.KVCache.update`).
         """
         check_shape("x", x, ("batch", "n_tgt", "embed_dim"), self.embed_dim)
         check_shape("memory", memory, ("batch", "n_src", "embed_dim"), self.embed_dim)
@@ -273,11 +280,12 @@ class DecoderLayer(_Layer):
                              f"{tuple(x.shape)} and {tuple(memory.shape)}")
         h = self.num_heads
         if self_attn_mask is not None:
-            check_bool_mask("self_attn_mask", self_attn_mask, (b, h, n_tgt, n_tgt))
+            n_keys = n_tgt + (0 if cache is None else len(cache))
+            check_bool_mask("self_attn_mask", self_attn_mask, (b, h, n_tgt, n_keys))
         if memory_mask is not None:
             check_bool_mask("memory_mask", memory_mask, (b, h, n_tgt, n_src))
         x = self._sublayer(1, x, lambda y: self._attend("self_attn", y, None, self_attn_mask,
-                                                        True))
+                                                        True, cache))
         x = self._sublayer(2, x, lambda y: self._attend("cross_attn", y, memory, memory_mask,
                                                         False))
         return self._sublayer(3, x, self.feed_forward)

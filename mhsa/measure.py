@@ -111,16 +111,16 @@ def peak_memory_supported() -> bool:
 
 
 def peak_memory(fn) -> int | None:
-    """Bytes the process's peak resident memory (RSS) rises above its current level during ``fn()``.
+    """Bytes by which the process's resident memory (RSS) peaks above its level before ``fn()``.
 
-    Resets the kernel's RSS high-water mark (``/proc/self/clear_refs``, Linux), reads the
-    current RSS, runs ``fn`` once and reads the new high-water mark (``ru_maxrss``). Freed
-    heap pages are first handed back to the OS (glibc's ``malloc_trim``), so memory that
-    ``fn`` reuses from earlier calls counts as well. This
-    counts everything the call touches, torch's CPU allocations included (which
-    ``tracemalloc`` cannot see), at page granularity. Memory that ``fn`` keeps (its
-    return value) counts too. For CPU work only; on a GPU use
-    ``torch.cuda.max_memory_allocated``.
+    Hands freed heap pages back to the OS (glibc's ``malloc_trim``, so that memory ``fn``
+    reuses from earlier calls counts too), resets the kernel's RSS high-water mark
+    (``/proc/self/clear_refs``), reads the current RSS, runs ``fn`` once and reads the new
+    high-water mark, ``VmHWM``. (``ru_maxrss`` would not do: it never resets, and it keeps
+    the peak of the image a process had before ``exec``, a forked parent's.) This counts
+    everything the call touches, torch's CPU allocations included (``tracemalloc`` sees
+    only Python's), at page granularity, and what ``fn`` returns. For CPU work; on a GPU
+    use ``torch.cuda.max_memory_allocated``.
 
     Args:
         fn: a callable without arguments.
@@ -130,14 +130,11 @@ def peak_memory(fn) -> int | None:
     """
     if not peak_memory_supported():
         return None
-    import resource  # POSIX only; imported here so the module loads everywhere
-
     _release_free_heap()
-    _CLEAR_REFS.write_text("5")  # 5: reset the peak RSS to the current RSS
-    before = _current_rss()
+    _CLEAR_REFS.write_text("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+    before = _status_bytes("VmRSS")
     fn()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    return max(0, peak - before)
+    return max(0, _status_bytes("VmHWM") - before)
 
 
 def _release_free_heap() -> None:
@@ -148,8 +145,9 @@ def _release_free_heap() -> None:
         pass
 
 
-def _current_rss() -> int:
+def _status_bytes(field: str) -> int:
+    """A memory line of ``/proc/self/status`` (VmRSS: now, VmHWM: peak), in bytes."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024  # kB
-    raise RuntimeError("no VmRSS line in /proc/self/status")
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024  # the file counts in kB
+    raise RuntimeError(f"no {field} line in /proc/self/status")

@@ -75,7 +75,9 @@ def test_strict_book_build_succeeds_with_executed_outputs():
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     command = [str(jupyter_book), "build", str(ROOT), "-n", "-W", "--keep-going"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    problems = [line for line in (result.stdout + result.stderr).splitlines()
+                if re.search(r"WARNING|ERROR|Error|Traceback", line)]
+    assert result.returncode == 0, "\n".join(problems[-40:]) or result.stderr[-4000:]
     html = ROOT / "_build" / "html"
     for path in NOTEBOOKS:
         page = (html / "chapters" / f"{path.stem}.html").read_text()

@@ -1,8 +1,8 @@
-"""Draw the course's learning path for the preface: chapters 1-8 as boxes, grouped by part.
+"""Draw the course's learning path for the preface: chapters 1-9 as boxes, grouped by part.
 
 Run from anywhere with the course's Python: ``python chapters/figures/make_learning_path.py``.
 It rewrites ``learning_path.svg`` next to this file; the output is byte-for-byte reproducible.
-Keep PARTS in step with the part captions and chapter titles of ``_toc.yml``.
+Keep PARTS in step with the part captions of ``_toc.yml`` and the chapters' titles (their H1).
 """
 
 from pathlib import Path
@@ -17,19 +17,22 @@ PARTS = [
         (2, "The attention table", "queries, keys, softmax,\nweighted values"),
     ]),
     ("Part II: Many heads and masks", [
-        (3, "Multi-head attention", "split, attend, merge,\nproject"),
+        (3, "Many heads", "split, attend, merge,\nproject"),
         (4, "Masking", "padding and\ncausal masks"),
     ]),
-    ("Part III: The transformer layers", [
+    ("Part III: The transformer", [
         (5, "The encoder layer", "residuals, layer norm,\nfeed-forward"),
-        (6, "Decoder and\ncross-attention", "memory, masked\nself-attention"),
+        (6, "The decoder and\ncross-attention", "memory, masked\nself-attention"),
     ]),
     ("Part IV: Beyond text and toy models", [
-        (7, "Image patches", "attention over\npatches (ViT)"),
-        (8, "A real pretrained\nmodel", "MiniLM's heads on\nreal sentences"),
+        (7, "Attention over\nimage patches", "patches as tokens,\na small ViT"),
+        (8, "A real model:\nall-MiniLM-L6-v2", "MiniLM's heads on\nreal sentences"),
+    ]),
+    ("Part V: Making attention fast", [
+        (9, "Making attention\nfast", "fused kernels and\nthe KV cache"),
     ]),
 ]
-COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3"]
+COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52"]
 OUTPUT = Path(__file__).with_name("learning_path.svg")
 
 BOX_W, BOX_H = 2.1, 1.15  # one chapter box, in data units (inches at this figure size)
@@ -37,14 +40,16 @@ GAP = 0.55  # between the two boxes of a part: room for the arrow
 PART_PAD = 0.18  # padding of a part's panel around its boxes
 PART_W = 2 * BOX_W + GAP + 2 * PART_PAD
 COLUMN_GAP = 0.5  # between the two parts of a row
-LEFT = 0.35  # left margin: the arrow from chapter 4 back to chapter 5 runs down it
-ROW_Y = [2.5, 0.25]  # bottom of the boxes in each row
+LEFT = 0.35  # left margin: the arrows from the end of one row to the start of the next run down it
+ROW_STEP = 2.25  # from one row of boxes to the next
+N_ROWS = (len(PARTS) + 1) // 2
+ROW_Y = [0.25 + ROW_STEP * (N_ROWS - 1 - row) for row in range(N_ROWS)]  # bottom of the boxes, top row first
 WIDTH = LEFT + 2 * PART_W + COLUMN_GAP
-HEIGHT = 4.3
+HEIGHT = 0.25 + ROW_STEP * (N_ROWS - 1) + 1.8
 
 
 def box_origin(part: int, slot: int) -> tuple[float, float]:
-    """Lower-left corner of chapter box ``slot`` (0 or 1) of part ``part`` (0-3), two parts a row."""
+    """Lower-left corner of chapter box ``slot`` (0 or 1) of part ``part`` (from 0), two parts a row."""
     column, row = part % 2, part // 2
     x = LEFT + column * (PART_W + COLUMN_GAP) + PART_PAD + slot * (BOX_W + GAP)
     return x, ROW_Y[row]
@@ -77,21 +82,20 @@ def draw() -> plt.Figure:
                     ha="left", linespacing=1.15)
             ax.text(x + 0.48, y + BOX_H - 0.66, detail, fontsize=8.5, color="#555555", va="top",
                     ha="left", linespacing=1.15)
-        # within a part: chapter 2k-1 -> chapter 2k
-        arrow(ax, (x0 + BOX_W + 0.06, y0 + BOX_H / 2), (x0 + BOX_W + GAP - 0.06, y0 + BOX_H / 2))
-    # between parts: I -> II and III -> IV across a row, II -> III from the end of row 1 to row 2
-    for part in (0, 2):
-        x, y = box_origin(part, 1)
-        nx, _ = box_origin(part + 1, 0)
-        arrow(ax, (x + BOX_W + 0.06, y + BOX_H / 2), (nx - 0.06, y + BOX_H / 2))
-    x4, y4 = box_origin(1, 1)
-    x5, y5 = box_origin(2, 0)
-    middle = (y4 - PART_PAD + y5 + BOX_H + PART_PAD + 0.32) / 2  # between the two rows' panels
-    margin = LEFT / 2
-    ax.plot([x4 + BOX_W / 2, x4 + BOX_W / 2, margin, margin],
-            [y4 - 0.06, middle, middle, y5 + BOX_H / 2],
-            color="#444444", linewidth=1.6, solid_joinstyle="miter")
-    arrow(ax, (margin, y5 + BOX_H / 2), (x5 - 0.06, y5 + BOX_H / 2))
+        if len(chapters) == 2:  # within a part: its first chapter -> its second
+            arrow(ax, (x0 + BOX_W + 0.06, y0 + BOX_H / 2), (x0 + BOX_W + GAP - 0.06, y0 + BOX_H / 2))
+    for part in range(len(PARTS) - 1):
+        x, y = box_origin(part, len(PARTS[part][1]) - 1)  # the part's last chapter
+        nx, ny = box_origin(part + 1, 0)  # the next part's first chapter
+        if part % 2 == 0:  # across a row: I -> II, III -> IV
+            arrow(ax, (x + BOX_W + 0.06, y + BOX_H / 2), (nx - 0.06, y + BOX_H / 2))
+        else:  # from the end of a row down the left margin to the next row: II -> III, IV -> V
+            middle = (y - PART_PAD + ny + BOX_H + PART_PAD + 0.32) / 2  # between the two rows' panels
+            margin = LEFT / 2
+            ax.plot([x + BOX_W / 2, x + BOX_W / 2, margin, margin],
+                    [y - 0.06, middle, middle, ny + BOX_H / 2],
+                    color="#444444", linewidth=1.6, solid_joinstyle="miter")
+            arrow(ax, (margin, ny + BOX_H / 2), (nx - 0.06, ny + BOX_H / 2))
     fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
     return fig
 
