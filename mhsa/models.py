@@ -97,7 +97,24 @@ class TokenEmbedding(nn.Module):
         return self.embedding(ids) * self.scale
 
 
-class Encoder(nn.Module):
+class _Stack(nn.Module):
+    """``num_layers`` copies of ``layer_class``, and a final LayerNorm when pre-norm."""
+
+    layer_class: type
+
+    def __init__(self, embed_dim, num_heads, ff_dim, num_layers, *, dropout=0.1,
+                 activation="relu", norm_first=False, layer_norm_eps=1e-5, device=None,
+                 dtype=None):
+        super().__init__()
+        check_positive_int("num_layers", num_layers)
+        kw = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
+              "layer_norm_eps": layer_norm_eps, "device": device, "dtype": dtype}
+        self.layers = nn.ModuleList(
+            self.layer_class(embed_dim, num_heads, ff_dim, **kw) for _ in range(num_layers))
+        self.norm = _final_norm(norm_first, embed_dim, layer_norm_eps, device, dtype)
+
+
+class Encoder(_Stack):
     """``num_layers`` :class:`mhsa.EncoderLayer` in a row, with a final LayerNorm if pre-norm.
 
     Args:
@@ -118,16 +135,7 @@ class Encoder(nn.Module):
     Source: Vaswani et al. 2017, section 3.1; Xiong et al. 2020 (final norm with pre-norm).
     """
 
-    def __init__(self, embed_dim, num_heads, ff_dim, num_layers, *, dropout=0.1,
-                 activation="relu", norm_first=False, layer_norm_eps=1e-5, device=None,
-                 dtype=None):
-        super().__init__()
-        check_positive_int("num_layers", num_layers)
-        kw = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
-              "layer_norm_eps": layer_norm_eps, "device": device, "dtype": dtype}
-        self.layers = nn.ModuleList(
-            EncoderLayer(embed_dim, num_heads, ff_dim, **kw) for _ in range(num_layers))
-        self.norm = _final_norm(norm_first, embed_dim, layer_norm_eps, device, dtype)
+    layer_class = EncoderLayer
 
     def forward(self, x: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
@@ -135,7 +143,7 @@ class Encoder(nn.Module):
         return x if self.norm is None else self.norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(_Stack):
     """``num_layers`` :class:`mhsa.DecoderLayer` in a row, with a final LayerNorm if pre-norm.
 
     The arguments are those of :class:`Encoder`.
@@ -155,16 +163,7 @@ class Decoder(nn.Module):
     Source: Vaswani et al. 2017, section 3.1; Xiong et al. 2020 (final norm with pre-norm).
     """
 
-    def __init__(self, embed_dim, num_heads, ff_dim, num_layers, *, dropout=0.1,
-                 activation="relu", norm_first=False, layer_norm_eps=1e-5, device=None,
-                 dtype=None):
-        super().__init__()
-        check_positive_int("num_layers", num_layers)
-        kw = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
-              "layer_norm_eps": layer_norm_eps, "device": device, "dtype": dtype}
-        self.layers = nn.ModuleList(
-            DecoderLayer(embed_dim, num_heads, ff_dim, **kw) for _ in range(num_layers))
-        self.norm = _final_norm(norm_first, embed_dim, layer_norm_eps, device, dtype)
+    layer_class = DecoderLayer
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *,
                 self_attn_mask: torch.Tensor | None = None,
