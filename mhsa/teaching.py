@@ -16,7 +16,9 @@ def expected_answer(exercise: str) -> float:
     Raises:
         KeyError: no answer is registered under that name.
     """
-    chapter = exercise.split(".")[0]
+    chapter, _, number = exercise.partition(".")
+    chapter = chapter.zfill(2)  # "3.1" as printed on the page is "03.1"
+    exercise = f"{chapter}.{number}"
     try:
         answers = importlib.import_module(f"mhsa.answers.ch{chapter}").ANSWERS
     except ModuleNotFoundError:
@@ -30,7 +32,7 @@ def check(exercise: str, answer, *, tol: float = 1e-2) -> None:
     """Print whether ``answer`` is within ``tol`` (absolute) of the exercise's answer.
 
     Args:
-        exercise: exercise name as printed in the chapter, e.g. ``"02.1"``.
+        exercise: exercise name, e.g. ``"02.1"`` or ``"2.1"`` as the page prints it.
         answer: the reader's number, or ``None`` while not answered yet.
         tol: absolute tolerance.
 
@@ -44,5 +46,10 @@ def check(exercise: str, answer, *, tol: float = 1e-2) -> None:
     if answer is None:
         print(f"exercise {exercise}: not answered yet; put your number in place of None")
         return
-    right = math.isclose(float(answer), expected, abs_tol=tol)
+    try:
+        value = float(answer)
+    except (TypeError, ValueError):
+        print(f"exercise {exercise}: give a number, such as 0.5 or 131712; got {answer!r}")
+        return
+    right = math.isclose(value, expected, abs_tol=tol)
     print(f"exercise {exercise}: {'correct' if right else 'not yet, try again'}")

@@ -74,3 +74,12 @@ def test_every_registered_answer_computes_a_number(exercise, capsys):
 def test_unknown_exercise_is_a_clear_error():
     with pytest.raises(KeyError, match="no answers registered for chapter '99'"):
         check("99.1", 1.0)
+
+
+def test_check_accepts_the_page_numbering_and_refuses_non_numbers(capsys):
+    value = expected_answer("02.1")
+    assert expected_answer("2.1") == value
+    check("2.1", value)
+    assert capsys.readouterr().out == "exercise 2.1: correct\n"
+    check("02.1", "131,712")
+    assert "give a number" in capsys.readouterr().out
