@@ -185,7 +185,7 @@ def mask_to_torch_mha(mask: torch.Tensor, *, key_padding: bool = False) -> torch
 def mask_from_additive(mask: torch.Tensor) -> torch.Tensor:
     """Convert an additive float mask (0 = keep, -inf or a large negative = block) to ours.
 
-    Large negatives (<= -1e4) cover the common stand-ins for -inf: -10**9,
+    Large negatives (<= -1e4) cover the common stand-ins for -inf: minus one billion,
     ``torch.finfo(dtype).min``, -65504 in float16.
 
     Args:
