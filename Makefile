@@ -23,8 +23,8 @@ book: install
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-clean:
-	rm -rf _build
+clean:  # the built book; keeps _build/mathjax, which make install put there
+	find _build -mindepth 1 -maxdepth 1 ! -name mathjax -exec rm -rf {} +
 
 notebooks: install  # re-execute chapters in place after editing them (NB=chapters/02_attention_table.ipynb for one)
 	$(PY) .ci/execute_notebooks.py $(NB)

@@ -9,6 +9,11 @@ import torch
 MASK_CONVENTION = "boolean, True = may attend"
 
 
+def kind_of(x) -> str:
+    """What an argument is, for error messages: a tensor's dtype, else its type's name."""
+    return str(x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
+
+
 def check_tensor(name: str, x, *, min_rank: int = 0) -> None:
     """Raise ``TypeError`` unless ``x`` is a floating tensor of rank >= ``min_rank``."""
     if not isinstance(x, torch.Tensor):

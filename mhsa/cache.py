@@ -6,6 +6,8 @@ positions. Masks are boolean, True = may attend.
 
 import torch
 
+from ._checks import kind_of
+
 
 class KVCache:
     """Keys and values that a causal self-attention has computed so far, per head.
@@ -78,7 +80,7 @@ class KVCache:
     def _check(self, key, value) -> None:
         for name, x in (("key", key), ("value", value)):
             if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-                got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+                got = kind_of(x)
                 raise TypeError(f"`{name}` must be a floating-point tensor, got {got}")
         if key.dim() != 4:
             raise ValueError("`key` must be 4-D [batch, num_heads, n_new, head_dim], got shape "

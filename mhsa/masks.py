@@ -10,7 +10,7 @@ import operator
 
 import torch
 
-from ._checks import MASK_CONVENTION
+from ._checks import MASK_CONVENTION, kind_of
 
 
 def causal_mask(n_q: int, n_k: int | None = None, *, device=None) -> torch.Tensor:
@@ -102,7 +102,7 @@ def padding_mask_from_ids(token_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     """
     if not isinstance(token_ids, torch.Tensor) or token_ids.is_floating_point() \
             or token_ids.is_complex() or token_ids.dtype == torch.bool:
-        got = token_ids.dtype if isinstance(token_ids, torch.Tensor) else type(token_ids).__name__
+        got = kind_of(token_ids)
         raise TypeError(f"`token_ids` must be an integer tensor [batch, n_tokens], got {got}")
     if isinstance(pad_id, bool) or not isinstance(pad_id, int):
         raise TypeError(f"`pad_id` must be an int, got {type(pad_id).__name__}")
@@ -141,7 +141,7 @@ def mask_from_torch_mha(mask: torch.Tensor, *, key_padding: bool = False) -> tor
     if not isinstance(mask, torch.Tensor) or not (
         mask.dtype == torch.bool or mask.is_floating_point()
     ):
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        got = kind_of(mask)
         raise TypeError(
             "`mask` must be a torch.nn.MultiheadAttention mask: torch.bool (True = ignore) "
             f"or an additive float mask, got {got}"
@@ -200,7 +200,7 @@ def mask_from_additive(mask: torch.Tensor) -> torch.Tensor:
             a bias added to the scores, not a mask.
     """
     if not isinstance(mask, torch.Tensor) or not mask.is_floating_point():
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        got = kind_of(mask)
         raise TypeError(f"`mask` must be an additive float mask (0 = keep, -inf = block), got {got}")
     keep = mask == 0
     block = mask <= -1e4
@@ -248,5 +248,5 @@ def _positive_int(name: str, n, minimum: int = 1) -> int:
 
 def _require_bool(mask) -> None:
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        got = kind_of(mask)
         raise TypeError(f"`mask` must be torch.bool ({MASK_CONVENTION}), got {got}")

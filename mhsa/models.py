@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_positive_int
+from ._checks import check_positive_int, kind_of
 from .cache import KVCache
 from .layers import DecoderLayer, EncoderLayer
 from .masks import padding_mask_from_ids
@@ -361,7 +361,7 @@ def _final_norm(norm_first, embed_dim, eps, device, dtype):
 def _check_ids(name: str, ids) -> None:
     if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() \
             or ids.dtype == torch.bool:
-        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        got = kind_of(ids)
         raise TypeError(f"`{name}` must be an integer tensor of token ids, got {got}")
     if ids.dim() != 2:
         raise ValueError(f"`{name}` must be 2-D [batch, n] token ids, got shape "

@@ -15,7 +15,7 @@ The pipeline, as in Dosovitskiy et al. 2021, section 3.1, equations (1)-(4)::
 import torch
 from torch import nn
 
-from ._checks import check_positive_int
+from ._checks import check_positive_int, kind_of
 from .layers import record_attention
 from .models import Encoder
 from .patches import patchify
@@ -149,7 +149,7 @@ class VisionTransformer(nn.Module):
 
     def _check_images(self, images) -> None:
         if not isinstance(images, torch.Tensor) or not images.is_floating_point():
-            got = images.dtype if isinstance(images, torch.Tensor) else type(images).__name__
+            got = kind_of(images)
             raise TypeError(f"`images` must be a floating-point torch.Tensor, got {got}")
         expected = (self.in_channels, *self.image_size)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
