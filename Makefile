@@ -24,7 +24,7 @@ test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:  # the built book; keeps _build/mathjax, which make install put there
-	find _build -mindepth 1 -maxdepth 1 ! -name mathjax -exec rm -rf {} +
+	[ ! -d _build ] || find _build -mindepth 1 -maxdepth 1 ! -name mathjax -exec rm -rf {} +
 
 notebooks: install  # re-execute chapters in place after editing them (NB=chapters/02_attention_table.ipynb for one)
 	$(PY) .ci/execute_notebooks.py $(NB)
