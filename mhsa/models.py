@@ -231,12 +231,27 @@ class EncoderDecoder(nn.Module):
         self.encoder = Encoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
         self.decoder = Decoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
         self.generator = nn.Linear(embed_dim, tgt_vocab, **kw)
+        self._position_table = None  # see _positions
 
     def _embed(self, embed: TokenEmbedding, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         x = embed(ids)  # [b, n, e], the tokens at positions start, start + 1, ...
-        pe = sinusoidal_positional_encoding(start + ids.shape[1], x.shape[-1], device=x.device,
-                                            dtype=x.dtype)
-        return self.dropout(x + pe[start:])
+        return self.dropout(x + self._positions(start + ids.shape[1], x)[start:])
+
+    def _positions(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        """Rows ``0 .. n-1`` of the sinusoidal table, on ``like``'s device and dtype.
+
+        The table never changes, so it is computed once and kept (grown when a longer
+        sequence comes); a decoder that writes one token per step would otherwise spend
+        more time recomputing it than attending.
+        """
+        table = self._position_table
+        if table is None or len(table) < n or (table.device, table.dtype) != (like.device,
+                                                                               like.dtype):
+            with torch.inference_mode(False):  # a normal tensor, even when made while decoding
+                table = sinusoidal_positional_encoding(max(n, 256), like.shape[-1],
+                                                       device=like.device, dtype=like.dtype)
+            self._position_table = table  # a cache: not a parameter, not in the state dict
+        return table[:n]
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the encoder.
@@ -277,6 +292,8 @@ class EncoderDecoder(nn.Module):
         """
         _check_ids("tgt", tgt)
         tgt_mask = padding_mask_from_ids(tgt, self.pad_id)  # [b, 1, 1, n_tgt], ANDed w/ causal
+        if bool(tgt_mask.all()):
+            tgt_mask = None  # no padding: the same attention, with less mask work
         start = 0 if not caches else len(caches[0])  # positions the caches hold already
         if start >= tgt.shape[1]:
             raise ValueError(f"`caches` hold {start} positions; `tgt` ({tgt.shape[1]} ids) "
@@ -304,7 +321,6 @@ class EncoderDecoder(nn.Module):
         memory, src_mask = self.encode(src)
         return self.decode(tgt, memory, src_mask)
 
-    @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, *, bos_id: int, eos_id: int,
                       max_len: int, use_cache: bool = False) -> torch.Tensor:
         """Generate target ids one at a time, always taking the most likely next token.
@@ -313,7 +329,7 @@ class EncoderDecoder(nn.Module):
         and the last position's arg-max becomes ``y_{t+1}``. A sequence that has produced
         ``eos_id`` is finished: the rest of its row is ``pad_id``. Decoding stops when every
         sequence is finished or after ``max_len`` tokens. Call ``model.eval()`` first, or
-        dropout makes the choices random. Runs without gradients.
+        dropout makes the choices random. Runs without gradients (in inference mode).
 
         With ``use_cache`` each decoder layer keeps the keys and values of the tokens
         already read in a :class:`mhsa.KVCache`, and each step runs the decoder on the
@@ -339,18 +355,27 @@ class EncoderDecoder(nn.Module):
         for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
             if isinstance(token, bool) or not isinstance(token, int):
                 raise TypeError(f"`{name}` must be an int, got {type(token).__name__}")
+        with torch.inference_mode():  # no autograd bookkeeping at all: faster than no_grad
+            out = self._greedy_steps(src, bos_id, eos_id, max_len, use_cache)
+        return out.clone()  # a normal tensor again: callers may write into it
+
+    def _greedy_steps(self, src, bos_id, eos_id, max_len, use_cache):
+        """The decoding loop of :meth:`greedy_decode`, arguments checked."""
         memory, src_mask = self.encode(src)
-        out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        if bool(src_mask.all()):
+            src_mask = None  # no source padding: the same attention, without mask work
+        out = torch.full((src.shape[0], max_len + 1), self.pad_id, dtype=torch.long,
+                         device=src.device)
+        out[:, 0] = bos_id
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         cached = {"caches": [KVCache() for _ in self.decoder.layers]} if use_cache else {}
-        for _ in range(max_len):
-            logits = self.decode(out, memory, src_mask, **cached)  # [b, new tokens, vocab]
-            next_id = logits[:, -1].argmax(dim=-1)  # [b]
-            next_id = next_id.masked_fill(finished, self.pad_id)
+        for t in range(max_len):  # reads out[:, :t + 1], writes out[:, t + 1]
+            logits = self.decode(out[:, :t + 1], memory, src_mask, **cached)  # [b, new, vocab]
+            next_id = logits[:, -1].argmax(dim=-1).masked_fill(finished, self.pad_id)  # [b]
+            out[:, t + 1] = next_id
             finished |= next_id == eos_id
-            out = torch.cat([out, next_id[:, None]], dim=1)
             if bool(finished.all()):
-                break
+                return out[:, 1:t + 2]
         return out[:, 1:]
 
 

@@ -113,6 +113,33 @@ def test_model_logits_at_i_ignore_later_target_tokens():
                                atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_decode_adds_the_sinusoidal_positions_at_every_length(dtype):
+    model = small_model().to(dtype)
+    src = torch.tensor([[3, 4, 5, 6]])
+    memory, src_mask = model.encode(src)
+    for n in (5, 300):  # the model keeps a table of positions: 300 needs it to grow
+        tgt = torch.randint(3, 13, (1, n), generator=torch.Generator().manual_seed(n))
+        x = model.tgt_embed(tgt) + mhsa.sinusoidal_positional_encoding(n, E, dtype=dtype)
+        expected = model.generator(model.decoder(x, memory, memory_mask=src_mask))
+        torch.testing.assert_close(model.decode(tgt, memory, src_mask), expected)
+
+
+def test_target_padding_is_masked_and_an_unpadded_target_needs_no_mask():
+    model = small_model()
+    src, tgt = torch.tensor([[3, 4, 5]]), torch.tensor([[BOS, 6, PAD, 7]])
+    memory, src_mask = model.encode(src)
+    x = model.tgt_embed(tgt) + mhsa.sinusoidal_positional_encoding(4, E)
+    masked = model.decoder(x, memory, self_attn_mask=mhsa.padding_mask_from_ids(tgt, PAD),
+                           memory_mask=src_mask)
+    torch.testing.assert_close(model.decode(tgt, memory, src_mask), model.generator(masked))
+    unpadded = tgt[:, :2]  # no padding id: decode passes no target mask, same logits
+    all_true = torch.ones(1, 1, 1, 2, dtype=torch.bool)
+    expected = model.generator(model.decoder(x[:, :2], memory, self_attn_mask=all_true,
+                                             memory_mask=src_mask))
+    torch.testing.assert_close(model.decode(unpadded, memory, src_mask), expected)
+
+
 def reversal_batch(g, batch, n):
     src = torch.randint(3, 13, (batch, n), generator=g)
     target = torch.cat([src.flip(1), torch.full((batch, 1), EOS)], dim=1)
@@ -182,6 +209,14 @@ def test_greedy_decode_agrees_with_teacher_forced_argmax():
     for b in range(2):  # up to and including the first eos, the tokens are the argmax
         n = out.shape[1] if EOS not in out[b] else out[b].tolist().index(EOS) + 1
         assert torch.equal(predicted[b, :n], out[b, :n])
+
+
+def test_greedy_decode_returns_an_ordinary_tensor():
+    model = small_model()
+    out = model.greedy_decode(torch.tensor([[3, 4]]), bos_id=BOS, eos_id=EOS, max_len=3)
+    assert not out.is_inference() and not out.requires_grad
+    out[0, 0] = 7  # decoding runs in inference mode; its result can still be written to
+    assert out[0, 0] == 7
 
 
 def test_record_attention_covers_every_layer_of_the_model():

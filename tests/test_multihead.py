@@ -240,6 +240,20 @@ def test_fused_equals_explicit_with_masks(seed):
     torch.testing.assert_close(fused, explicit, **TOL32)
 
 
+@pytest.mark.parametrize("masking", ["none", "causal", "padding"])
+def test_fused_equals_explicit_on_long_sequences(masking):
+    # from mhsa.multihead._CONTIGUOUS_FROM tokens on, the CPU path copies the heads first
+    n = mhsa.multihead._CONTIGUOUS_FROM + 3
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, n, 8)
+    kw = {"is_causal": masking == "causal",
+          "attn_mask": padding_mask([n - 5], n) if masking == "padding" else None}
+    fused, _ = m(x, **kw)
+    explicit, _ = m(x, need_weights=True, **kw)
+    torch.testing.assert_close(fused, explicit, **TOL32)
+
+
 # --- fully masked rows --------------------------------------------------------------------
 
 
