@@ -21,6 +21,7 @@ def plot_attention(
     annotate: bool = True,
     vmin=None,
     vmax=None,
+    colorbar: bool = True,
 ):
     """Draw one attention table as a labelled heatmap.
 
@@ -35,6 +36,7 @@ def plot_attention(
         colorbar_label: label of the colour bar.
         annotate: write each value in its cell.
         vmin, vmax: colour range; the table's own range when ``None``.
+        colorbar: draw a colour bar next to the table.
 
     Returns:
         The matplotlib Axes.
@@ -53,7 +55,8 @@ def plot_attention(
     if ax is None:
         _, ax = plt.subplots(figsize=(1.0 + 0.7 * len(key_tokens), 0.8 + 0.6 * len(query_tokens)))
     image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax)
-    ax.figure.colorbar(image, ax=ax, label=colorbar_label, fraction=0.046, pad=0.04)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label=colorbar_label, fraction=0.046, pad=0.04)
     ax.set_xticks(range(len(key_tokens)), labels=list(key_tokens), rotation=45, ha="right")
     ax.set_yticks(range(len(query_tokens)), labels=list(query_tokens))
     ax.set_xlabel("keys (j)")
@@ -74,6 +77,9 @@ def plot_attention(
 def plot_heads(weights, query_tokens, key_tokens, *, title: str, ncols: int = 4, **kwargs):
     """Draw one attention table per head, side by side.
 
+    When both ``vmin`` and ``vmax`` are given, every panel uses that one colour scale and the
+    figure gets a single colour bar; otherwise each panel has its own scale and bar.
+
     Args:
         weights: ``[h, n_q, n_k]`` tensor of attention weights (one batch item).
         query_tokens, key_tokens: row and column labels.
@@ -82,7 +88,8 @@ def plot_heads(weights, query_tokens, key_tokens, *, title: str, ncols: int = 4,
         **kwargs: passed to :func:`plot_attention`.
 
     Returns:
-        The matplotlib Figure.
+        The matplotlib Figure (constrained layout: resize it with ``set_size_inches``, no
+        ``tight_layout`` needed).
 
     Raises:
         ValueError: ``weights`` is not 3-D.
@@ -93,12 +100,16 @@ def plot_heads(weights, query_tokens, key_tokens, *, title: str, ncols: int = 4,
     ncols = min(ncols, n_heads)
     nrows = -(-n_heads // ncols)
     size = 1.2 + 0.55 * len(key_tokens)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * size, nrows * size), squeeze=False)
+    shared = kwargs.get("vmin") is not None and kwargs.get("vmax") is not None
+    fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * size, nrows * size), squeeze=False,
+                             layout="constrained")
     for head, ax in enumerate(axes.flat):
         if head < n_heads:
             plot_attention(weights[head], query_tokens, key_tokens,
-                           title=f"{title}, head {head}", ax=ax, **kwargs)
+                           title=f"{title}, head {head}", ax=ax, colorbar=not shared, **kwargs)
         else:
             ax.axis("off")
-    fig.tight_layout()
+    if shared:  # one scale for all panels: one colour bar for the figure
+        fig.colorbar(axes.flat[0].images[0], ax=axes, label=kwargs.get("colorbar_label", ""),
+                     shrink=0.8)
     return fig

@@ -53,6 +53,20 @@ def test_plot_heads_draws_one_panel_per_head():
         plot_heads(torch.rand(2, 2), ["a", "b"], ["a", "b"], title="t")
 
 
+def test_plot_heads_shares_one_colour_bar_when_the_scale_is_fixed():
+    def colour_bars(fig):
+        return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+    weights = torch.rand(4, 2, 2)
+    own_scales = plot_heads(weights, ["a", "b"], ["a", "b"], title="t")
+    one_scale = plot_heads(weights, ["a", "b"], ["a", "b"], title="t", vmin=0, vmax=1,
+                           colorbar_label="attention weight")
+    assert len(colour_bars(own_scales)) == 4
+    assert len(colour_bars(one_scale)) == 1
+    assert colour_bars(one_scale)[0].get_ylabel() == "attention weight"
+    matplotlib.pyplot.close("all")
+
+
 def registered_answers():
     for info in pkgutil.iter_modules(mhsa.answers.__path__):
         module = importlib.import_module(f"mhsa.answers.{info.name}")
