@@ -10,31 +10,55 @@ import importlib
 import math
 
 
+def _answers_module(exercise: str):
+    """``(module of chapter NN's answers, "NN.k")`` for ``"NN.k"`` or ``"N.k"``."""
+    chapter, _, number = exercise.partition(".")
+    chapter = chapter.zfill(2)  # "3.1" as printed on the page is "03.1"
+    exercise = f"{chapter}.{number}"
+    try:
+        module = importlib.import_module(f"mhsa.answers.ch{chapter}")
+    except ModuleNotFoundError:
+        raise KeyError(f"no answers registered for chapter {chapter!r} ({exercise!r})") from None
+    if exercise not in module.ANSWERS:
+        raise KeyError(f"no answer registered for exercise {exercise!r}; "
+                       f"known: {sorted(module.ANSWERS)}")
+    return module, exercise
+
+
 def expected_answer(exercise: str) -> float:
     """Compute the answer to ``exercise`` (``"NN.k"``: chapter NN, exercise k).
 
     Raises:
         KeyError: no answer is registered under that name.
     """
-    chapter, _, number = exercise.partition(".")
-    chapter = chapter.zfill(2)  # "3.1" as printed on the page is "03.1"
-    exercise = f"{chapter}.{number}"
-    try:
-        answers = importlib.import_module(f"mhsa.answers.ch{chapter}").ANSWERS
-    except ModuleNotFoundError:
-        raise KeyError(f"no answers registered for chapter {chapter!r} ({exercise!r})") from None
-    if exercise not in answers:
-        raise KeyError(f"no answer registered for exercise {exercise!r}; known: {sorted(answers)}")
-    return float(answers[exercise]())
+    module, exercise = _answers_module(exercise)
+    return float(module.ANSWERS[exercise]())
 
 
-def check(exercise: str, answer, *, tol: float = 1e-2) -> None:
+def answer_tolerance(exercise: str) -> float:
+    """The absolute tolerance ``check`` allows for ``exercise``.
+
+    ``DEFAULT_TOLERANCE`` unless the chapter's answers module lists another in its
+    ``TOLERANCES`` dict: tighter where the question asks for three decimals, looser where it
+    asks for a whole number of something non-integer.
+
+    Raises:
+        KeyError: no answer is registered under that name.
+    """
+    module, exercise = _answers_module(exercise)
+    return getattr(module, "TOLERANCES", {}).get(exercise, DEFAULT_TOLERANCE)
+
+
+DEFAULT_TOLERANCE = 1e-2
+
+
+def check(exercise: str, answer, *, tol: float | None = None) -> None:
     """Print whether ``answer`` is within ``tol`` (absolute) of the exercise's answer.
 
     Args:
         exercise: exercise name, e.g. ``"02.1"`` or ``"2.1"`` as the page prints it.
         answer: the reader's number, or ``None`` while not answered yet.
-        tol: absolute tolerance.
+        tol: absolute tolerance; by default :func:`answer_tolerance` of the exercise.
 
     Prints one line: correct, not yet, or not answered yet. Returns nothing, so a
     notebook cell shows only that line.
@@ -43,6 +67,7 @@ def check(exercise: str, answer, *, tol: float = 1e-2) -> None:
         KeyError: unknown exercise.
     """
     expected = expected_answer(exercise)
+    tol = answer_tolerance(exercise) if tol is None else tol
     if answer is None:
         print(f"exercise {exercise}: not answered yet; put your number in place of None")
         return

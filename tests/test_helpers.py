@@ -85,6 +85,19 @@ def test_every_registered_answer_computes_a_number(exercise, capsys):
     assert "not answered yet" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("exercise", "answer", "verdict"), [
+    ("05.2", 0.296, "correct"),  # "round to three decimals"
+    ("05.2", 0.3, "not yet, try again"),  # the angle, not its sine
+    ("05.4", 628, "correct"),  # "after how many positions": a whole number will do
+    ("05.4", 630, "not yet, try again"),
+    ("08.1", 0.22, "correct"),  # "to 2 decimals"
+    ("08.1", 0.23, "not yet, try again"),
+])
+def test_check_tolerance_follows_what_the_question_asks(exercise, answer, verdict, capsys):
+    check(exercise, answer)
+    assert capsys.readouterr().out == f"exercise {exercise}: {verdict}\n"
+
+
 def test_unknown_exercise_is_a_clear_error():
     with pytest.raises(KeyError, match="no answers registered for chapter '99'"):
         check("99.1", 1.0)

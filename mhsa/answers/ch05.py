@@ -32,3 +32,7 @@ ANSWERS = {
     "05.3": _layer_norm_first_entry,
     "05.4": _wavelength_pair_128,
 }
+TOLERANCES = {
+    "05.2": 5e-4,  # "round to three decimals": 0.296, not the angle 0.3
+    "05.4": 0.5,  # "after how many positions": 628 as well as 628.3
+}
