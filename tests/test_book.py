@@ -70,6 +70,16 @@ def test_chapter_ends_with_three_exercises_with_hidden_solutions(path):
         assert re.search(rf":::\{{solution\}} {re.escape(label)}\s*\n:class: dropdown", text), label
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_figure_has_alt_text(path):
+    # MyST-NB puts cell metadata {"mystnb": {"image": {"alt": ...}}} on the figure's <img>
+    for cell in code_cells(path):
+        if any("image/png" in output.get("data", {}) for output in cell["outputs"]):
+            alt = cell["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
+            source = "".join(cell["source"])
+            assert len(alt) >= 40, f"figure without alt text, cell starting {source[:60]!r}"
+
+
 @pytest.mark.book
 def test_strict_book_build_succeeds_with_executed_outputs():
     jupyter_book = Path(sys.executable).with_name("jupyter-book")

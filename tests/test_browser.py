@@ -96,7 +96,8 @@ async () => {
     links: [...document.querySelectorAll("a[href]")].map((a) => ({
       href: a.href, raw: a.getAttribute("href"), text: a.textContent.trim().slice(0, 60)})),
     images: images.map((img) => ({
-      src: img.currentSrc || img.src, loaded: img.complete && img.naturalWidth > 0})),
+      src: img.currentSrc || img.src, loaded: img.complete && img.naturalWidth > 0,
+      alt: img.getAttribute("alt") || ""})),
     mathjax: typeof window.MathJax === "object" && !!window.MathJax.startup,
     math: document.querySelectorAll(".math").length,
     mathUnrendered: [...document.querySelectorAll(".math")]
@@ -320,6 +321,16 @@ def test_images_and_files_of_the_book_load(crawl):
     for path, result in crawl["pages"].items():
         problems += [f"{path}: image not loaded: {i['src']}" for i in result["images"] if not i["loaded"]]
         problems += [f"{path}: request failed: {url}" for url in result["failed"]]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_image_has_alt_text(crawl):
+    # Sphinx falls back to the file name ("../_images/<hash>.png"): that is no description.
+    # The theme's own icons (_static/, e.g. the module index's "-") are not content.
+    problems = [f"{path}: image without alt text: {i['src']} (alt {i['alt']!r})"
+                for path, result in crawl["pages"].items() for i in result["images"]
+                if "/_static/" not in i["src"]
+                and (len(i["alt"]) < 5 or i["alt"].endswith((".png", ".svg", ".jpg")))]
     assert not problems, "\n".join(problems)
 
 

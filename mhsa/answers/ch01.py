@@ -26,13 +26,14 @@ def _setup(seed: int = 0):
 
 def per_token_mlp_cosine() -> float:
     """01.1: cosine between a per-token MLP's outputs for two equal input vectors."""
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(
-        torch.nn.Linear(_EMBED_DIM, 32), torch.nn.ReLU(), torch.nn.Linear(32, _EMBED_DIM)
-    )
-    x, *_ = _setup()
-    stoned = x[1]
-    other_sentence = torch.cat([torch.randn(3, _EMBED_DIM), stoned[None]])  # same vector, new context
+    with torch.random.fork_rng(devices=[]):  # seed locally: the reader's random stream is untouched
+        torch.manual_seed(0)
+        mlp = torch.nn.Sequential(
+            torch.nn.Linear(_EMBED_DIM, 32), torch.nn.ReLU(), torch.nn.Linear(32, _EMBED_DIM)
+        )
+        x, *_ = _setup()
+        stoned = x[1]
+        other_sentence = torch.cat([torch.randn(3, _EMBED_DIM), stoned[None]])  # same vector, new context
     with torch.no_grad():
         return F.cosine_similarity(mlp(x)[1], mlp(other_sentence)[3], dim=0).item()
 
