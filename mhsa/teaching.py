@@ -9,6 +9,8 @@ cannot drift from the code.
 import importlib
 import math
 
+DEFAULT_TOLERANCE = 1e-2  # absolute; an answers module's TOLERANCES may set another per exercise
+
 
 def _answers_module(exercise: str):
     """``(module of chapter NN's answers, "NN.k")`` for ``"NN.k"`` or ``"N.k"``."""
@@ -47,9 +49,6 @@ def answer_tolerance(exercise: str) -> float:
     """
     module, exercise = _answers_module(exercise)
     return getattr(module, "TOLERANCES", {}).get(exercise, DEFAULT_TOLERANCE)
-
-
-DEFAULT_TOLERANCE = 1e-2
 
 
 def check(exercise: str, answer, *, tol: float | None = None) -> None:
