@@ -17,16 +17,16 @@ def bert_base_score_divisor() -> float:
     return math.sqrt(MultiHeadAttention(768, 12).head_dim)
 
 
-def tokens_in_buggy_row() -> float:
-    """03.3: token positions feeding row 0 of out.reshape(b, n, h*d), h=4, n=6, d=5."""
+def row_of_head_2_token_0() -> float:
+    """03.3: row of out.reshape(b, n, h*d) that receives head 2's output for token 0; h=4, n=6, d=5."""
     h, n, d = 4, 6, 5
     labels = torch.arange(h * n).reshape(1, h, n, 1).expand(1, h, n, d)  # n * head + token
-    row0 = labels.reshape(1, n, h * d)[0, 0]
-    return len({v % n for v in row0.tolist()})
+    buggy = labels.reshape(1, n, h * d)
+    return float((buggy[0] == 2 * n + 0).any(dim=-1).nonzero().item())
 
 
 ANSWERS = {
     "03.1": params_with_smaller_qkv_dim,
     "03.2": bert_base_score_divisor,
-    "03.3": tokens_in_buggy_row,
+    "03.3": row_of_head_2_token_0,
 }
