@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from mhsa import MultiHeadAttention
+from mhsa.measure import interleaved_times
 
 SIZES = [(8, 128, 256, 8), (4, 512, 256, 8), (1, 2048, 256, 8)]  # batch, tokens, e, heads
 # call order within a round; each compared pair is adjacent (odd rounds run it backwards)
@@ -101,18 +102,12 @@ def time_size(size, repeats, warmup, clock):
     the machine and neither always goes first.
     """
     x, impls = implementations(*size)
-    samples = {name: [] for name in ORDER}
     with torch.inference_mode():
         check_agreement(x, impls)
         for _ in range(warmup):
             for fn in impls.values():
                 fn()
-        for r in range(repeats):
-            for name in ORDER if r % 2 == 0 else ORDER[::-1]:
-                start = clock()
-                impls[name]()
-                samples[name].append(clock() - start)
-    return samples
+        return interleaved_times({name: impls[name] for name in ORDER}, repeats, clock)
 
 
 def quartiles(values):

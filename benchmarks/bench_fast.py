@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 import mhsa
-from mhsa.measure import attention_flops, matmul_rate, peak_memory, time_call
+from mhsa.measure import attention_flops, interleaved_times, matmul_rate, peak_memory, time_call
 
 EMBED_DIM, HEADS = 256, 8
 GIB, MIB = 2**30, 2**20
@@ -100,21 +100,6 @@ def plain_sdpa(mha, x):
 
     out = F.scaled_dot_product_attention(heads(mha.q_proj), heads(mha.k_proj), heads(mha.v_proj))
     return mha.out_proj(out.transpose(1, 2).reshape(b, n, mha.qkv_dim))
-
-
-def interleaved_times(fns, rounds, clock):
-    """Seconds of every call of each function, calling them in turn each round.
-
-    All functions meet the same load; every other round runs in reverse order, so that no
-    function always follows the same one.
-    """
-    times, names = {name: [] for name in fns}, list(fns)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            start = clock()
-            fns[name]()
-            times[name].append(clock() - start)
-    return times
 
 
 def rate_target(rounds, n=2048):

@@ -74,6 +74,36 @@ def time_call(fn, *, repeats: int = 5, warmup: int = 1) -> float:
     return best
 
 
+def interleaved_times(fns: dict, rounds: int, clock=time.perf_counter) -> dict:
+    """Seconds of every call of each function, the functions called in turn, round after round.
+
+    Made for comparisons on a shared machine: within a round every function meets the same
+    moment of the machine, and every other round runs in reverse order, so no function
+    always follows the same one. Ratios of one round's times are then far steadier than
+    ratios of separately taken minima.
+
+    Args:
+        fns: ``{name: callable without arguments}``, called in this order (then reversed).
+        rounds: number of rounds, ``int >= 1``.
+        clock: a function returning seconds, e.g. ``time.perf_counter`` (wall clock) or
+            ``time.process_time`` (this process's CPU time, blind to other programs).
+
+    Returns:
+        ``{name: [seconds of round 0, round 1, ...]}``.
+
+    Raises:
+        ValueError: ``rounds`` is not a positive int.
+    """
+    check_positive_int("rounds", rounds)
+    times, names = {name: [] for name in fns}, list(fns)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            start = clock()
+            fns[name]()
+            times[name].append(clock() - start)
+    return times
+
+
 def matmul_rate(*, size: int = 1024, repeats: int = 10, device=None,
                 dtype=torch.float32) -> float:
     """The machine's matrix-multiply rate in FLOP/s: the ceiling for attention.

@@ -15,7 +15,14 @@ import torch.nn.functional as F
 
 import mhsa
 from mhsa import KVCache, MultiHeadAttention
-from mhsa.measure import attention_flops, matmul_rate, peak_memory, peak_memory_supported, time_call
+from mhsa.measure import (
+    attention_flops,
+    interleaved_times,
+    matmul_rate,
+    peak_memory,
+    peak_memory_supported,
+    time_call,
+)
 
 TOL32 = {"atol": 1e-5, "rtol": 1e-5}
 
@@ -131,6 +138,16 @@ def test_time_call_returns_the_fastest_of_its_repeats():
         time_call(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="`warmup` must be an int >= 0, got -1"):
         time_call(lambda: None, warmup=-1)
+
+
+def test_interleaved_times_alternates_the_order_and_times_every_call():
+    calls, ticks = [], iter(range(100))
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = interleaved_times(fns, 3, clock=lambda: next(ticks))  # each call takes 1 tick
+    assert calls == list("abccbaabc")  # every other round reversed
+    assert times == {"a": [1, 1, 1], "b": [1, 1, 1], "c": [1, 1, 1]}
+    with pytest.raises(ValueError, match="`rounds` must be a positive int, got 0"):
+        interleaved_times(fns, 0)
 
 
 def test_matmul_rate_is_a_positive_rate():
