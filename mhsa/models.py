@@ -292,8 +292,8 @@ class EncoderDecoder(nn.Module):
         """
         _check_ids("tgt", tgt)
         tgt_mask = padding_mask_from_ids(tgt, self.pad_id)  # [b, 1, 1, n_tgt], ANDed w/ causal
-        if bool(tgt_mask.all()):
-            tgt_mask = None  # no padding: the same attention, with less mask work
+        if not torch.is_grad_enabled() and bool(tgt_mask.all()):  # decoding, not training:
+            tgt_mask = None  # no padding, so the same attention with less mask work
         start = 0 if not caches else len(caches[0])  # positions the caches hold already
         if start >= tgt.shape[1]:
             raise ValueError(f"`caches` hold {start} positions; `tgt` ({tgt.shape[1]} ids) "
