@@ -25,7 +25,8 @@ Sections (every timing is the minimum over repeats: other processes only add tim
    For one sequence, the same comparison for a bare PyTorch loop over the same weights
    (no checks, no module calls): what eager PyTorch's per-operation cost allows there.
    Also the share of a cached step spent re-projecting the memory for cross-attention.
-6. GPU, when CUDA is present: the sweep in bfloat16 with ``torch.cuda.max_memory_allocated``
+6. GPU, when CUDA is present: the sweep in bfloat16 (float16 on GPUs older than compute
+   capability 8.0) with ``torch.cuda.max_memory_allocated``
    and the decode rates on the GPU.
 """
 
@@ -282,15 +283,17 @@ def cross_attention_share(model, device, n_src=8, batch=8, steps=256):
 
 def gpu_section(lengths):
     device = torch.device("cuda")
-    print(f"\nGPU: {torch.cuda.get_device_name(device)}, bfloat16")
-    rate = matmul_rate(size=4096, repeats=10, device=device, dtype=torch.bfloat16)
-    print(f"  bfloat16 matmul 4096x4096: {rate / 1e12:.1f} TFLOP/s")
+    # bfloat16 fused kernels need compute capability 8.0 or newer; older GPUs get float16
+    half = torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
+    print(f"\nGPU: {torch.cuda.get_device_name(device)}, {half}")
+    rate = matmul_rate(size=4096, repeats=10, device=device, dtype=half)
+    print(f"  {half} matmul 4096x4096: {rate / 1e12:.1f} TFLOP/s")
     torch.manual_seed(0)
-    mha = mhsa.MultiHeadAttention(EMBED_DIM, HEADS, device=device, dtype=torch.bfloat16).eval()
+    mha = mhsa.MultiHeadAttention(EMBED_DIM, HEADS, device=device, dtype=half).eval()
     print(f"  {'n':>6} {'implementation':<10} {'ms':>9} {'TFLOP/s':>9} {'peak MiB':>9}")
     with torch.inference_mode():
         for n in lengths:
-            x = torch.randn(1, n, EMBED_DIM, device=device, dtype=torch.bfloat16)
+            x = torch.randn(1, n, EMBED_DIM, device=device, dtype=half)
             for name, fn in implementations(mha, x).items():
                 if name == "explicit" and n > 8192:  # copies of a 4 GiB table: small GPUs fail
                     continue
