@@ -295,8 +295,9 @@ class DecoderLayer(_Layer):
         """A copy of a ``torch.nn.TransformerDecoderLayer(batch_first=True)``, same weights.
 
         In eval mode the copy's output equals torch's within float32 rounding (1e-5) when
-        torch gets ``tgt_mask`` = the causal mask in its convention (True = ignore) with
-        ``tgt_is_causal=True`` (our layer is always causal), and masks converted with
+        torch gets ``tgt_mask`` = the causal mask in its convention (True = ignore; our layer
+        is always causal; ``tgt_is_causal=True`` is only torch's hint that the mask is causal),
+        and masks converted with
         :func:`mhsa.mask_to_torch_mha` (``key_padding=True`` for padding masks).
 
         Raises:
