@@ -44,13 +44,7 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     Image Recognition at Scale" (ViT), section 3.1: the image is reshaped into a sequence
     of ``N = HW / P^2`` flattened patches of size ``P^2 * C``.
     """
-    if not isinstance(images, torch.Tensor):
-        raise TypeError(f"`images` must be a torch.Tensor, got {type(images).__name__}")
-    if images.dim() != 4:
-        raise ValueError(
-            "`images` must be 4-D [batch, channels, height, width], "
-            f"got shape {tuple(images.shape)}"
-        )
+    _check_rank("images", images, "batch, channels, height, width")
     check_positive_int("patch_size", patch_size)
     _check_sides(images.shape[2], images.shape[3], patch_size)
     return rearrange(images, PATCHIFY, ph=patch_size, pw=patch_size)
@@ -81,13 +75,7 @@ def unpatchify(patches: torch.Tensor, patch_size: int, height: int, width: int) 
 
     Source: Dosovitskiy et al. 2021 (ViT), section 3.1 (the inverse of its reshape).
     """
-    if not isinstance(patches, torch.Tensor):
-        raise TypeError(f"`patches` must be a torch.Tensor, got {type(patches).__name__}")
-    if patches.dim() != 3:
-        raise ValueError(
-            "`patches` must be 3-D [batch, n_patches, patch_size * patch_size * channels], "
-            f"got shape {tuple(patches.shape)}"
-        )
+    _check_rank("patches", patches, "batch, n_patches, patch_size * patch_size * channels")
     for name, n in (("patch_size", patch_size), ("height", height), ("width", width)):
         check_positive_int(name, n)
     _check_sides(height, width, patch_size)
@@ -103,6 +91,15 @@ def unpatchify(patches: torch.Tensor, patch_size: int, height: int, width: int) 
             f"patch_size * patch_size ({patch_size * patch_size}): one value per pixel and channel"
         )
     return rearrange(patches, UNPATCHIFY, gh=grid_h, ph=patch_size, pw=patch_size)
+
+
+def _check_rank(name: str, x, layout: str) -> None:
+    """Raise unless ``x`` is a tensor with one dimension per comma-separated name in ``layout``."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
+    rank = layout.count(",") + 1
+    if x.dim() != rank:
+        raise ValueError(f"`{name}` must be {rank}-D [{layout}], got shape {tuple(x.shape)}")
 
 
 def _check_sides(height: int, width: int, patch_size: int) -> None:
