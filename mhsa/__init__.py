@@ -18,6 +18,7 @@ from .masks import (
     mask_to_torch_mha,
     padding_mask,
     padding_mask_from_ids,
+    sliding_window_mask,
 )
 from .models import (
     Decoder,
@@ -28,6 +29,7 @@ from .models import (
 )
 from .multihead import MultiHeadAttention
 from .patches import patchify, unpatchify
+from .rotary import apply_rotary
 from .vision import VisionTransformer
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "MultiHeadAttention",
     "TokenEmbedding",
     "VisionTransformer",
+    "apply_rotary",
     "causal_mask",
     "default_device",
     "mask_from_additive",
@@ -53,6 +56,7 @@ __all__ = [
     "record_attention",
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",
+    "sliding_window_mask",
     "teaching",
     "unpatchify",
 ]

@@ -49,6 +49,49 @@ def causal_mask(n_q: int, n_k: int | None = None, *, device=None) -> torch.Tenso
     return j <= i + (n_k - n_q)
 
 
+def sliding_window_mask(n_q: int, n_k: int | None = None, *, window: int,
+                        device=None) -> torch.Tensor:
+    """Boolean sliding-window causal mask ``[n_q, n_k]``, True = may attend, bottom-right.
+
+    Like :func:`causal_mask`, query ``i`` sits at key position ``p = i + (n_k - n_q)``,
+    and it may attend to the ``window`` keys ending there: itself and the ``window - 1``
+    before it, ``p - window < j <= p``. This is ``sliding_window`` in transformers'
+    Mistral. With ``window >= n_k`` it equals :func:`causal_mask`. Combine it with a
+    padding mask by logical AND, like every other mask::
+
+        n_q=n_k=5, window=3
+        1 0 0 0 0
+        1 1 0 0 0
+        1 1 1 0 0
+        0 1 1 1 0
+        0 0 1 1 1
+
+    Stacked layers widen what a position can reach by ``window - 1`` per layer.
+
+    Args:
+        n_q: number of queries (rows), ``int >= 1``.
+        n_k: number of keys (columns), ``int >= 1``; defaults to ``n_q``.
+        window: how many keys each query sees at most, ``int >= 1``.
+        device: where to build the mask.
+
+    Returns:
+        torch.bool tensor ``[n_q, n_k]``.
+
+    Raises:
+        TypeError: ``n_q``, ``n_k`` or ``window`` is not an integer.
+        ValueError: ``n_q``, ``n_k`` or ``window`` is below 1.
+
+    Source: Beltagy et al. 2020, "Longformer", section 3.1 (sliding window); Jiang et al.
+    2023, "Mistral 7B", section 2 (sliding window attention).
+    """
+    n_q = _positive_int("n_q", n_q)
+    n_k = n_q if n_k is None else _positive_int("n_k", n_k)
+    window = _positive_int("window", window)
+    i = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)  # each query's key position
+    j = torch.arange(n_k, device=device)[None, :]
+    return (j <= i) & (j > i - window)
+
+
 def padding_mask(lengths, n_tokens: int) -> torch.Tensor:
     """Boolean padding mask ``[batch, 1, 1, n_tokens]``, True at real tokens.
 

@@ -1,0 +1,84 @@
+"""Rotary position embedding: positions as rotations of query and key pairs.
+
+Legend: b batch, n tokens, h heads, d head_dim, e embed_dim, i query positions, j key
+positions. Masks are boolean, True = may attend.
+"""
+
+import torch
+from einops import rearrange
+
+from ._checks import check_tensor
+
+
+def apply_rotary(x: torch.Tensor, positions: torch.Tensor, *, base: float = 10000.0) -> torch.Tensor:
+    r"""Rotate each pair of ``x``'s last dimension by an angle proportional to its position.
+
+    Pair ``k`` (dimensions ``k`` and ``k + d/2``) of the vector at position ``m`` turns by
+    ``m * theta_k`` with ``theta_k = base ** (-2k / d)``::
+
+        x1, x2 = x[..., :d/2], x[..., d/2:]
+        out = cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin])   # angles m * theta_k
+
+    Rotating queries and keys this way makes their dot product depend on the offset
+    ``m - n`` between positions, not on ``m`` and ``n`` themselves.
+
+    This is the half-split convention of transformers' Llama and GPT-NeoX. The other one in
+    use, GPT-J's (and the RoFormer paper's), interleaves the pairs: dimension ``2k`` pairs
+    with ``2k + 1``. The two give the same scores up to a fixed permutation of the
+    projection's columns, but weights trained for one do not work with the other.
+
+    Args:
+        x: ``[..., n, d]``, floating, ``d`` even (queries or keys of one or more heads).
+        positions: integer tensor ``[n]``: the position of each of the ``n`` vectors.
+        base: the wavelength base ``theta`` (``rope_theta`` in transformers), ``> 0``.
+
+    Returns:
+        A new tensor with the shape, dtype and device of ``x``; the angles are computed in
+        float32 (float64 for float64 input).
+
+    Raises:
+        TypeError: ``x`` is not a floating tensor, ``positions`` is not an integer tensor,
+            or ``base`` is not a number.
+        ValueError: ``x`` has rank below 2 or an odd last dimension; ``positions`` is not
+            ``[n]`` with ``n = x.shape[-2]``, or is on another device; ``base <= 0``.
+
+    Source: Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position
+    Embedding", section 3.4.2 (equations 34 and 35).
+    """
+    check_tensor("x", x, min_rank=2)
+    n, d = x.shape[-2], x.shape[-1]
+    if d % 2:
+        raise ValueError(f"`x` must have an even last dimension d, got shape {tuple(x.shape)}")
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() \
+            or positions.is_complex() or positions.dtype == torch.bool:
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"`positions` must be an integer tensor [n], got {got}")
+    if positions.shape != (n,):
+        raise ValueError(f"`positions` must be [n] with n = x.shape[-2] = {n}, got shape "
+                         f"{tuple(positions.shape)}")
+    if positions.device != x.device:
+        raise ValueError(f"`positions` is on {positions.device} but `x` is on {x.device}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)):
+        raise TypeError(f"`base` must be a number, got {type(base).__name__}")
+    if base <= 0:
+        raise ValueError(f"`base` must be > 0, got {base}")
+    cos, sin = rotary_angles(positions, d, base=base, dtype=x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    rotated = torch.cat([-x2, x1], dim=-1)  # the pair (x1, x2) turned by 90 degrees
+    return x * cos + rotated * sin
+
+
+def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
+                  dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of the rotary angles, ``[n, d]`` each, half-split layout.
+
+    Column ``k`` and column ``k + d/2`` hold the angle ``position * base ** (-2k / d)``.
+    Computed in float32 (float64 when ``dtype`` is float64), returned in ``dtype``. No
+    checks: :func:`apply_rotary` checks its arguments before calling this.
+    """
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    k = torch.arange(0, d, 2, device=positions.device, dtype=work)
+    inv_freq = 1.0 / base ** (k / d)  # [d/2], theta_k as transformers computes it
+    angles = positions.to(work)[:, None] * inv_freq[None, :]  # [n, d/2]
+    angles = rearrange([angles, angles], "two n k -> n (two k)")  # [n, d]: halves repeat
+    return angles.cos().to(dtype), angles.sin().to(dtype)
