@@ -77,3 +77,23 @@ def check(exercise: str, answer, *, tol: float | None = None) -> None:
         return
     right = math.isclose(value, expected, abs_tol=tol)
     print(f"exercise {exercise}: {'correct' if right else 'not yet, try again'}")
+
+
+def glue(name: str, value) -> None:
+    """Store ``value`` under ``name`` for the book's text, without showing it in the cell.
+
+    The chapters' prose inserts it with myst-nb's role, ``{glue:text}`name:.2f```, so a
+    number in the text is always the one the cell computed. Where myst-nb is not installed (a
+    plain Jupyter or Colab runtime) this does nothing: the text then has nothing to insert.
+
+    Args:
+        name: the key the text refers to; unique within a notebook.
+        value: a Python number or string; a one-element tensor is converted with ``.item()``.
+    """
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return
+    if hasattr(value, "item"):
+        value = value.item()
+    myst_glue(name, value, display=False)

@@ -110,3 +110,13 @@ def test_check_accepts_the_page_numbering_and_refuses_non_numbers(capsys):
     assert capsys.readouterr().out == "exercise 2.1: correct\n"
     check("02.1", "131,712")
     assert "give a number" in capsys.readouterr().out
+
+
+def test_random_layers_resolve_stoned_about_as_often_as_a_coin_and_rarely_for_every_sentence():
+    from mhsa.answers.ch01 import random_layer_sense_scores
+
+    scores = random_layer_sense_scores(2000)
+    # 2,000 draws: a share's standard error is at most 0.011, so these bands hold for any seed
+    assert 0.50 < scores["average"] < 0.60
+    assert 0.06 < scores["each"] < 0.17
+    assert random_layer_sense_scores(2000) == scores  # seeded: the chapter's glued numbers are stable

@@ -59,6 +59,50 @@ def shuffled_cosine() -> float:
     return F.cosine_similarity(attend(x)[1], attend(x[order])[3], dim=0).item()
 
 
+# Exercise 01.4: two sentences per sense of "stoned"; the first two are the chapter's.
+SENSE_SENTENCES = {
+    "throwing": [["They", "stoned", "the", "witch", "."], ["The", "crowd", "stoned", "the", "thief", "."]],
+    "intoxicated": [["This", "guy", "got", "completely", "stoned", "."], ["She", "was", "totally", "stoned", "."]],
+}
+
+
+def random_layer_sense_scores(n_layers: int = 2000, seed: int = 0) -> dict:
+    """01.4: how often an untrained attention layer looks as if it resolved "stoned".
+
+    Draws ``n_layers`` random layers at once from one seeded generator, each a random embedding
+    table (``embed_dim`` 8) with random query, key and value matrices as in the chapter; runs one
+    pass of attention plus the residual over each of the four sentences of ``SENSE_SENTENCES``;
+    and compares the cosines between the four updated "stoned" vectors. Two scores of "right":
+
+    - ``"average"``: the mean cosine of the two same-sense pairs exceeds the mean of the four
+      different-sense pairs;
+    - ``"each"``: every sentence is closer to its same-sense partner than to both sentences of
+      the other sense.
+
+    Returns:
+        ``{"average": share of layers, "each": share of layers}``, shares in ``[0, 1]``.
+    """
+    sentences = [s for group in SENSE_SENTENCES.values() for s in group]  # 0, 1 throwing; 2, 3 not
+    vocab = sorted({t for s in sentences for t in s})
+    generator = torch.Generator().manual_seed(seed)
+    tables = torch.randn(n_layers, len(vocab), _EMBED_DIM, generator=generator)  # [b, vocab, e]
+    w_query, w_key, w_value = torch.randn(
+        3, n_layers, _EMBED_DIM, _EMBED_DIM, generator=generator) / _EMBED_DIM**0.5  # [b, e, e]
+    stoned = []
+    for sentence in sentences:
+        x = tables[:, [vocab.index(t) for t in sentence]]  # [b, n, e]: one batch entry per layer
+        output, _ = mhsa.scaled_dot_product_attention(x @ w_query, x @ w_key, x @ w_value)
+        stoned.append((x + output)[:, sentence.index("stoned")])  # [b, e]
+    stoned = torch.stack(stoned, dim=1)  # [b, 4, e]
+    cos = F.cosine_similarity(stoned[:, :, None], stoned[:, None], dim=-1)  # [b, 4, 4]
+    same = (cos[:, 0, 1] + cos[:, 2, 3]) / 2
+    across = cos[:, :2, 2:]  # [b, 2, 2]: throwing sentences against intoxicated ones
+    average = same > across.mean(dim=(1, 2))
+    each = ((cos[:, 0, 1] > across[:, 0].amax(-1)) & (cos[:, 0, 1] > across[:, 1].amax(-1))
+            & (cos[:, 2, 3] > across[:, :, 0].amax(-1)) & (cos[:, 2, 3] > across[:, :, 1].amax(-1)))
+    return {"average": average.float().mean().item(), "each": each.float().mean().item()}
+
+
 ANSWERS = {
     "01.1": per_token_mlp_cosine,
     "01.2": zero_query_weight,
