@@ -82,9 +82,12 @@ def check(exercise: str, answer, *, tol: float | None = None) -> None:
 def glue(name: str, value) -> None:
     """Store ``value`` under ``name`` for the book's text, without showing it in the cell.
 
-    The chapters' prose inserts it with myst-nb's role, ``{glue:text}`name:.2f```, so a
-    number in the text is always the one the cell computed. Where myst-nb is not installed (a
+    The chapters' prose inserts it with myst-nb's ``glue:text`` role (the name, then a format
+    such as ``:.2f``), so a number in the text is always the one the cell computed. Where myst-nb is not installed (a
     plain Jupyter or Colab runtime) this does nothing: the text then has nothing to insert.
+
+    A float is stored rounded to 6 significant digits: the text shows fewer, and the stored
+    output (which nbval compares) then does not change with the last bits of float arithmetic.
 
     Args:
         name: the key the text refers to; unique within a notebook.
@@ -96,4 +99,6 @@ def glue(name: str, value) -> None:
         return
     if hasattr(value, "item"):
         value = value.item()
+    if isinstance(value, float):
+        value = float(f"{value:.6g}")
     myst_glue(name, value, display=False)

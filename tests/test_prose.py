@@ -41,8 +41,6 @@ STRIP = [
 
 # (page, typed figure, why it may stay typed): values the code sets, not results it measures
 ALLOWED = [
-    ("02_attention_table.ipynb", "20 s", "the training budget the trained-head section sets itself"),
-    ("preface.md", "20 s", "the training budget of chapter 2's trained head"),
     ("06_decoder_cross_attention.ipynb", "10%", "the share of steps the learning-rate warm-up is set to"),
     ("09_fast_attention.ipynb", "4 bytes", "the size of one float32 number"),
     ("09_fast_attention.ipynb", "2 bytes", "the size of one float16 number"),
