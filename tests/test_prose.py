@@ -30,8 +30,8 @@ FIGURE = re.compile(NUMBER + UNIT)
 
 # spans that may hold figures: glue roles, inline code, math, code blocks, targets, URLs
 STRIP = [
-    re.compile(r"```.*?```", re.S),  # fenced code (solutions' listings)
-    re.compile(r"\$\$.*?\$\$", re.S),
+    re.compile(r"```.*?```", re.DOTALL),  # fenced code (solutions' listings)
+    re.compile(r"\$\$.*?\$\$", re.DOTALL),
     re.compile(r"\{glue(?::\w+)?\}`[^`]*`"),
     re.compile(r"`[^`\n]*`"),
     re.compile(r"\$[^$\n]*\$"),
