@@ -83,8 +83,9 @@ def glue(name: str, value) -> None:
     """Store ``value`` under ``name`` for the book's text, without showing it in the cell.
 
     The chapters' prose inserts it with myst-nb's ``glue:text`` role (the name, then a format
-    such as ``:.2f``), so a number in the text is always the one the cell computed. Where myst-nb is not installed (a
-    plain Jupyter or Colab runtime) this does nothing: the text then has nothing to insert.
+    such as ``:.2f``), so a number in the text is always the one the cell computed. Where
+    myst-nb is not installed (a plain Jupyter or Colab runtime) this does nothing: the text
+    then has nothing to insert.
 
     A float is stored rounded to 6 significant digits: the text shows fewer, and the stored
     output (which nbval compares) then does not change with the last bits of float arithmetic.

@@ -112,7 +112,7 @@ def test_check_accepts_the_page_numbering_and_refuses_non_numbers(capsys):
     assert "give a number" in capsys.readouterr().out
 
 
-def test_random_layers_resolve_stoned_about_as_often_as_a_coin_and_rarely_for_every_sentence():
+def test_random_layers_look_right_a_little_over_half_the_time_and_rarely_for_every_sentence():
     from mhsa.answers.ch01 import random_layer_sense_scores
 
     scores = random_layer_sense_scores(2000)

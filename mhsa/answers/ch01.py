@@ -61,8 +61,10 @@ def shuffled_cosine() -> float:
 
 # Exercise 01.4: two sentences per sense of "stoned"; the first two are the chapter's.
 SENSE_SENTENCES = {
-    "throwing": [["They", "stoned", "the", "witch", "."], ["The", "crowd", "stoned", "the", "thief", "."]],
-    "intoxicated": [["This", "guy", "got", "completely", "stoned", "."], ["She", "was", "totally", "stoned", "."]],
+    "throwing": [["They", "stoned", "the", "witch", "."],
+                 ["The", "crowd", "stoned", "the", "thief", "."]],
+    "intoxicated": [["This", "guy", "got", "completely", "stoned", "."],
+                    ["She", "was", "totally", "stoned", "."]],
 }
 
 
