@@ -110,8 +110,10 @@ class BertEncoder(nn.Module):
             ``layer_norm_eps``, ``hidden_act``, ``hidden_dropout_prob``).
 
     Attributes:
-        embeddings (:class:`BertEmbeddings`); encoder (:class:`mhsa.Encoder`, post-norm,
-        its layers in ``encoder.layers``).
+        embeddings (:class:`BertEmbeddings`): token, position and token-type embeddings,
+            then LayerNorm.
+        encoder (:class:`mhsa.Encoder`): the post-norm encoder stack; its layers are in
+            ``encoder.layers``.
 
     Raises:
         ValueError: a key is missing from ``config``, or it describes what these modules
@@ -158,9 +160,14 @@ class PretrainedEncoder:
     depend on the batch it is in. Padded positions of per-token results are set to 0.
 
     Attributes:
-        model (:class:`BertEncoder`, in eval mode), tokenizer (``tokenizers.Tokenizer``),
-        config (dict), device, num_layers, num_heads, embed_dim, max_tokens (longer texts
-        are truncated to this many tokens).
+        model (:class:`BertEncoder`): the encoder, in eval mode.
+        tokenizer (``tokenizers.Tokenizer``): the model's WordPiece tokenizer.
+        config (dict): the model's ``config.json``.
+        device (torch.device): where the model and the returned tensors live.
+        num_layers (int): number of encoder layers.
+        num_heads (int): attention heads per layer.
+        embed_dim (int): width of every token vector.
+        max_tokens (int): longer texts are truncated to this many tokens.
     """
 
     def __init__(self, model: BertEncoder, tokenizer, config: dict, *, max_tokens: int,

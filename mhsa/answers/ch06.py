@@ -22,8 +22,13 @@ def _cross_attention_parameters() -> float:
     return float(sum(p.numel() for p in MultiHeadAttention(32, 4).parameters()))
 
 
+def _cross_attention_parameters_8_heads() -> float:
+    return float(sum(p.numel() for p in MultiHeadAttention(32, 8).parameters()))
+
+
 ANSWERS = {
     "06.1": _cross_attention_entries,
     "06.2": _causal_pairs,
     "06.3": _cross_attention_parameters,
+    "06.3b": _cross_attention_parameters_8_heads,  # the second question of exercise 6.3
 }

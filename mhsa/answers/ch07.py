@@ -2,7 +2,7 @@
 
 import torch
 
-from mhsa.patches import patchify
+from mhsa.patches import patchify, unpatchify
 from mhsa.vision import VisionTransformer
 
 
@@ -30,6 +30,32 @@ def table_cells_with_patch_size_4() -> float:
     """07.4: cells of one head's attention table for an 8x8 digit cut into 4x4 patches."""
     n = patchify(torch.zeros(1, 1, 8, 8), 4).shape[1] + 1  # patches + class token
     return n * n
+
+
+def shuffled_patch_accuracy(model: VisionTransformer, images: torch.Tensor, labels: torch.Tensor,
+                            patch_size: int, seed: int = 1) -> float:
+    """07.5: accuracy of a trained model on ``images`` [b, c, h, w] whose patches are all permuted the same way.
+
+    The permutation is ``torch.randperm(n_patches)`` from a generator seeded with ``seed``, as in the solution.
+    """
+    patches = patchify(images, patch_size)
+    order = torch.randperm(patches.shape[1], generator=torch.Generator().manual_seed(seed))
+    shuffled = unpatchify(patches[:, order.to(images.device)], patch_size, *images.shape[-2:])
+    model.eval()
+    with torch.no_grad():
+        return (model(shuffled).argmax(-1) == labels).float().mean().item()
+
+
+def accuracy_without_positions(model: VisionTransformer, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """07.5: accuracy of a trained model with its position embeddings set to zero (restored afterwards)."""
+    model.eval()
+    with torch.no_grad():
+        saved = model.pos_embed.clone()
+        try:
+            model.pos_embed.zero_()
+            return (model(images).argmax(-1) == labels).float().mean().item()
+        finally:
+            model.pos_embed.copy_(saved)
 
 
 ANSWERS = {

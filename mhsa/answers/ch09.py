@@ -30,10 +30,27 @@ def _kv_cache_mib() -> float:
     return 12 * per_layer / 2**20
 
 
+def memory_projection_flops(n_src: int, e: int) -> int:
+    """FLOPs of projecting ``n_src`` memory tokens to keys and values again: two ``[n_src, e] @ [e, e]``."""
+    return 2 * (2 * n_src * e * e)
+
+
+def rest_of_decoder_step_flops(n_src: int, e: int, ff_dim: int, t: int) -> int:
+    """FLOPs of everything else one decoder layer computes for one new token in a cached step.
+
+    Self-attention's four projections (``8 e^2``), cross-attention's query and output projections
+    (``4 e^2``), the feed-forward network (``4 e ff_dim``), and one query's scores and weighted values
+    against ``t`` cached keys and ``n_src`` memory keys (``4 (t + n_src) e``).
+    """
+    return 12 * e * e + 4 * e * ff_dim + 4 * (t + n_src) * e
+
+
+EXERCISE_4 = {"n_src": 1000, "e": 512, "ff_dim": 2048, "t": 100}  # the summarizer of exercise 9.4
+
+
 def _memory_projection_gflop() -> float:
     """09.4: GFLOP per decoder layer and step to project 1000 memory tokens to keys and values."""
-    n_src, e = 1000, 512
-    return 2 * (2 * n_src * e * e) / 1e9
+    return memory_projection_flops(EXERCISE_4["n_src"], EXERCISE_4["e"]) / 1e9
 
 
 ANSWERS = {
