@@ -76,10 +76,10 @@ def path_arrow(ax, points, colour=INK, *, width=1.5, dashed=False):
 
 
 def note(ax, x, y, text, *, colour=INK, fontsize=9, ha="center", va="center", mono=False,
-         weight="normal", style="normal"):
-    """Free text: labels on arrows, shapes, captions."""
+         weight="normal", align=None):
+    """Free text: labels on arrows, shapes, captions; ``align`` aligns the lines of a block."""
     return ax.text(x, y, text, ha=ha, va=va, fontsize=fontsize, color=colour, linespacing=1.25,
-                   family=MONO if mono else None, fontweight=weight, fontstyle=style)
+                   family=MONO if mono else None, fontweight=weight, multialignment=align)
 
 
 def plus(ax, cx, cy, r=0.14, colour=INK):
@@ -117,3 +117,33 @@ def save(fig, script: str, salt: str) -> Path:
     plt.close(fig)
     print(f"wrote {output.name}")
     return output
+
+
+def stack(ax, cx, top, items, *, step=0.5, box_w=1.75, box_h=0.36, side=1.15, fontsize=9.5):
+    """A block drawn top to bottom: a spine of items joined by arrows, with residual paths.
+
+    ``items``: ``("text", label)`` (the input or output, no box), ``("box", label, colour)``, or
+    ``("plus", start)``: a residual addition whose other input branches off the spine just
+    above item ``start`` and runs down the right side. Returns the items' y positions.
+    """
+    ys = [top - k * step for k in range(len(items))]
+    half = {"text": 0.1, "box": box_h / 2, "plus": 0.14}  # half height of each kind of item
+    for k, (item, y) in enumerate(zip(items, ys, strict=True)):
+        kind = item[0]
+        if kind == "text":
+            note(ax, cx, y, item[1], fontsize=fontsize, mono=True, weight="bold")
+        elif kind == "box":
+            box(ax, cx, y, box_w, box_h, item[1], item[2], fontsize=fontsize, weight="normal",
+                fill=0.2)
+        else:
+            plus(ax, cx, y)
+            above, below = items[item[1] - 1], items[item[1]]  # the branch is between these
+            branch = (ys[item[1] - 1] - half[above[0]] + ys[item[1]] + half[below[0]]) / 2 + 0.03
+            ax.plot([cx], [branch], marker="o", markersize=4, color=INK)
+            path_arrow(ax, [(cx, branch), (cx + side, branch), (cx + side, y), (cx + 0.16, y)],
+                       INPUT)
+        if k:  # the arrow from the previous item
+            previous = items[k - 1][0]
+            start, end = ys[k - 1] - half[previous], y + half[kind]
+            arrow(ax, (cx, start - 0.02), (cx, end + 0.02))
+    return ys
