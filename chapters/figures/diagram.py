@@ -12,11 +12,8 @@ readers; a fixed ``svg.hashsalt`` and no date make the output byte-for-byte repr
 from pathlib import Path
 
 import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
 
 BLUE, ORANGE, GREEN, PURPLE, RED = "#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52"
 GREY, INK = "#8C8C8C", "#333333"

@@ -6,8 +6,23 @@ names. Run with the course's Python: ``python chapters/figures/make_decoder_bloc
 n_tgt target tokens (queries), n_src source tokens (the encoder's output, ``memory``), i/j query/key.
 """
 
-from diagram import BLUE, GREEN, GREY, INK, KEY, PURPLE, QUERY, RED, arrow, box, new_figure, note, \
-    save, stack, table
+from diagram import (
+    BLUE,
+    GREEN,
+    GREY,
+    INK,
+    KEY,
+    PURPLE,
+    QUERY,
+    RED,
+    arrow,
+    box,
+    new_figure,
+    note,
+    save,
+    stack,
+    table,
+)
 
 WIDTH, HEIGHT = 7.8, 7.0
 CX = 2.75  # the block's spine

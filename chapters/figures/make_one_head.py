@@ -5,8 +5,22 @@ Run with the course's Python: ``python chapters/figures/make_one_head.py``. It r
 d head_dim (the d_k of chapter 2), i/j query/key positions.
 """
 
-from diagram import GREY, INPUT, KEY, OUTPUT, QUERY, VALUE, arrow, box, new_figure, note, \
-    path_arrow, plus, save, table
+from diagram import (
+    GREY,
+    INPUT,
+    KEY,
+    OUTPUT,
+    QUERY,
+    VALUE,
+    arrow,
+    box,
+    new_figure,
+    note,
+    path_arrow,
+    plus,
+    save,
+    table,
+)
 
 TOKENS = ["Hello", "world", "!"]
 SCORES = [[0.35, 0.55, 0.9], [0.15, 0.45, 1.0], [0.5, 0.3, 0.8]]  # shades only, for the picture

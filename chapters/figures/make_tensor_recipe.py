@@ -6,8 +6,24 @@ h heads, d head_dim, e embed_dim, i/j query/key positions. On the right, the cha
 30 columns read as h = 10 heads of d = 3 columns.
 """
 
-from diagram import BLUE, GREEN, INK, INPUT, ORANGE, OUTPUT, PURPLE, QUERY, RED, VALUE, arrow, box, \
-    new_figure, note, save, tint
+from diagram import (
+    BLUE,
+    GREEN,
+    INK,
+    INPUT,
+    ORANGE,
+    OUTPUT,
+    PURPLE,
+    QUERY,
+    RED,
+    VALUE,
+    arrow,
+    box,
+    new_figure,
+    note,
+    save,
+    tint,
+)
 from matplotlib.patches import Rectangle
 
 WIDTH, HEIGHT = 7.8, 6.2
