@@ -18,7 +18,7 @@ from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangl
 BLUE, ORANGE, GREEN, PURPLE, RED = "#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52"
 GREY, INK = "#8C8C8C", "#333333"
 INPUT, QUERY, KEY, VALUE, OUTPUT = BLUE, ORANGE, GREEN, PURPLE, RED
-MONO = "DejaVu Sans Mono"  # shapes and einops patterns; falls back to any monospace font
+MONO = "monospace"  # shapes and einops patterns: DejaVu Sans Mono, else any monospace font
 
 
 def tint(colour: str, amount: float = 0.15) -> str:
