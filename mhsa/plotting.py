@@ -146,8 +146,9 @@ class HeadView:
 
 
 def _as_array(weights) -> np.ndarray:
+    """Float64, so that rounded weights print as short decimals (0.005, not 0.004999999888)."""
     if torch.is_tensor(weights):
-        return weights.detach().cpu().float().numpy()
+        return weights.detach().cpu().double().numpy()
     return np.asarray(weights, dtype=np.float64)
 
 
@@ -237,7 +238,7 @@ def _figure(go, make_subplots, table, queries, keys, row, title):
     n_q, n_k = table.shape
     heat_height = 40 + 26 * n_q
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                           row_heights=[heat_height, 170])
+                           row_heights=[heat_height, 200])
     pairs = [[f"query {q!r} → key {k!r}" for k in keys] for q in queries]
     figure.add_trace(go.Heatmap(
         z=table.tolist(), x=list(range(n_k)), y=list(range(n_q)), zmin=0, zmax=1,
@@ -256,7 +257,7 @@ def _figure(go, make_subplots, table, queries, keys, row, title):
     figure.update_yaxes(range=[0, 1], title_text=f"row of {queries[row]!r}", row=2, col=1)
     figure.update_layout(
         title={"text": title, "x": 0, "xanchor": "left"}, template="plotly_white",
-        height=heat_height + 170 + 190, margin={"l": 90, "r": 20, "t": 110, "b": 90},
+        height=heat_height + 200 + 190, margin={"l": 90, "r": 20, "t": 110, "b": 90},
         showlegend=False, hovermode="closest",
         shapes=[{"type": "rect", "xref": "x", "yref": "y", "x0": -0.5, "x1": n_k - 0.5,
                  "y0": row - 0.5, "y1": row + 0.5, "line": {"color": "#C44E52", "width": 2}}])

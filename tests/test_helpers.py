@@ -102,6 +102,7 @@ def test_head_view_embeds_every_layer_and_head_and_one_menu_each():
     assert torch.allclose(torch.tensor(heatmap.z), weights[1, 2], atol=5e-4)
     assert torch.allclose(torch.tensor(bars.y), weights[1, 2, 3], atol=5e-4)
     assert view._repr_html_() == view.html
+    assert re.search(r"\d\.\d{4}", json.dumps(data["weights"])) is None  # 3 decimals, no more
     assert "<script src" not in view.html and "cdn" not in view.html.lower()  # the book serves plotly.js
 
 
