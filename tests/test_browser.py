@@ -377,3 +377,101 @@ def test_colab_buttons_open_the_pages_own_notebook(crawl):
         elif result["colab"]:
             problems.append(f"{path}: a page without a notebook links to Colab: {result['colab']}")
     assert not problems, "\n".join(problems)
+
+
+# The interactive head views (mhsa.plotting.head_view): what the heatmap shows, as the page draws it.
+DRAWN = """
+(view) => {
+  const plot = view.querySelector(".mhsa-head-view-plot");
+  const image = plot.querySelector("g.hm image");  // plotly draws a heatmap as one bitmap
+  return {image: image ? image.getAttribute("href") : null, title: plot.layout.title.text,
+          bars: JSON.stringify(plot.data[1].y), status: view.querySelector("[data-role=status]").textContent};
+}
+"""
+
+
+def head_view_pages():
+    return sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+                  if 'class="mhsa-head-view"' in p.read_text(errors="replace"))
+
+
+def pick_other_option(view, role):
+    """Select an option of the view's ``role`` menu other than the current one."""
+    menu = view.locator(f"select[data-role={role}]")
+    values = menu.locator("option").evaluate_all("(options) => options.map((o) => o.value)")
+    current = menu.input_value()
+    menu.select_option(next(v for v in values if v != current))
+
+
+def test_head_views_draw_offline_and_follow_their_menus_and_the_pointer():
+    chromium = chromium_executable()
+    if chromium is None:
+        skip_or_fail("Chromium not found: install Debian's `chromium` package or set MHSA_CHROMIUM")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        skip_or_fail("the browser check needs the `playwright` package (requirements.txt)")
+    ensure_built()
+    pages = head_view_pages()
+    assert pages, "no page of the book shows a head view (mhsa.plotting.head_view)"
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(HTML)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    blocked, problems = [], []
+
+    def local_only(route_, request):  # every request that leaves the book fails
+        if request.url.startswith((base, "data:")):
+            return route_.continue_()
+        blocked.append(request.url)
+        return route_.abort()
+
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.route("**/*", local_only)
+            page = context.new_page()
+            for path in pages:
+                errors = []
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)[:200]))
+                page.goto(base + path, wait_until="load")
+                views = page.locator(".mhsa-head-view")
+                for k in range(views.count()):
+                    view = views.nth(k)
+                    name = f"{path}, head view {k}"
+                    try:
+                        view.locator("xpath=self::*[@data-ready='true']").wait_for(timeout=30000)
+                    except sync_api.TimeoutError:
+                        problems.append(f"{name}: not drawn: {view.inner_text()[:200]!r}")
+                        continue
+                    view.scroll_into_view_if_needed()
+                    first = view.evaluate(DRAWN)
+                    if not first["image"]:
+                        problems.append(f"{name}: no heatmap drawn")
+                        continue
+                    pick_other_option(view, "head")
+                    after_head = view.evaluate(DRAWN)
+                    pick_other_option(view, "layer")
+                    after_layer = view.evaluate(DRAWN)
+                    if after_head["image"] == first["image"] or after_head["title"] == first["title"]:
+                        problems.append(f"{name}: picking another head changed nothing drawn")
+                    if after_layer["image"] == after_head["image"]:
+                        problems.append(f"{name}: picking another layer changed nothing drawn")
+                    # the pointer over the last row selects that query: the bar chart shows its row
+                    grid = view.locator(".nsewdrag").first.bounding_box()
+                    page.mouse.move(grid["x"] + grid["width"] / 2, grid["y"] + grid["height"] - 3)
+                    page.wait_for_timeout(300)
+                    hovered = view.evaluate(DRAWN)
+                    if hovered["bars"] == after_layer["bars"] or hovered["status"] == after_layer["status"]:
+                        problems.append(f"{name}: hovering over the last row showed nothing new")
+                problems += [f"{path}: JavaScript error: {e}" for e in errors
+                             if not KNOWN_JS_ERRORS.search(e)]
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                views.first.screenshot(path=str(SCREENSHOTS / f"{Path(path).stem}-head-view.png"))
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    problems += [f"blocked request the view needed: {url}" for url in blocked if "plotly" in url]
+    assert not problems, "\n".join(problems)

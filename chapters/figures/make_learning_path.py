@@ -102,8 +102,9 @@ def draw() -> plt.Figure:
 
 def main() -> None:
     plt.rcParams["svg.hashsalt"] = "mhsa-learning-path"  # stable ids: the SVG is reproducible
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, read by screen readers
     fig = draw()
-    fig.savefig(OUTPUT, format="svg", metadata={"Date": None})
+    fig.savefig(OUTPUT, format="svg", metadata={"Date": None, "Creator": None})
     print(f"wrote {OUTPUT.name}")
 
 

@@ -1,0 +1,93 @@
+"""The HTML and JavaScript of :func:`mhsa.plotting.head_view`: two menus, one plotly figure.
+
+The figure (a heatmap of one head's weights above a bar chart of one query's row) is built in Python
+with plotly; this script only draws it and swaps the data when the reader picks another layer or head,
+or hovers over (or clicks) a row. It calls the global ``Plotly`` of the page: the book loads the
+plotly.js that ships inside the plotly package (``chapters/_ext/plotly_js.py``), never from a CDN.
+"""
+
+import html
+import json
+
+SCRIPT = """
+(function () {
+  const root = document.getElementById(%(id)s);
+  const view = %(view)s;
+  const status = root.querySelector("[data-role=status]");
+  function start() {
+    if (!window.Plotly) {
+      status.textContent = "The interactive view needs plotly.js, which this page did not load; "
+        + "the static figure below shows the same table.";
+      return;
+    }
+    const plot = root.querySelector(".mhsa-head-view-plot");
+    const layer = root.querySelector("select[data-role=layer]");
+    const head = root.querySelector("select[data-role=head]");
+    let row = view.row;
+    function describe() {
+      const weights = view.weights[+layer.value][+head.value][row];
+      const best = weights.indexOf(Math.max(...weights));
+      status.textContent = "Query " + JSON.stringify(view.queries[row]) + " (row " + row
+        + ") attends most to " + JSON.stringify(view.keys[best]) + " (weight "
+        + weights[best].toFixed(2) + "). Hover over or click a row to see another query.";
+    }
+    function draw() {
+      const table = view.weights[+layer.value][+head.value];
+      Plotly.restyle(plot, {z: [table]}, [0]);
+      Plotly.restyle(plot, {y: [table[row]]}, [1]);
+      Plotly.relayout(plot, {
+        "title.text": view.title + ": " + layer.options[layer.selectedIndex].text + ", "
+          + head.options[head.selectedIndex].text,
+        "shapes[0].y0": row - 0.5, "shapes[0].y1": row + 0.5,
+        "yaxis2.title.text": "row of " + JSON.stringify(view.queries[row])});
+      root.dataset.shown = layer.value + "," + head.value + "," + row;
+      describe();
+    }
+    function pick(event) {
+      const point = event.points.find((p) => p.curveNumber === 0);
+      if (!point || point.pointIndex[0] === row) return;
+      row = point.pointIndex[0];
+      draw();
+    }
+    Plotly.newPlot(plot, view.figure.data, view.figure.layout,
+                   {responsive: true, displayModeBar: false}).then(() => {
+      plot.on("plotly_hover", pick);
+      plot.on("plotly_click", pick);
+      layer.addEventListener("change", draw);
+      head.addEventListener("change", draw);
+      draw();
+      root.dataset.ready = "true";
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();
+"""
+
+
+def _options(role: str, labels: list[str], selected: int) -> str:
+    items = "".join(f'<option value="{k}"{" selected" if k == selected else ""}>'
+                    f"{html.escape(label)}</option>" for k, label in enumerate(labels))
+    return (f'<label style="margin-right:1em">{role} <select data-role="{role}" '
+            f'aria-label="{role}">{items}</select></label>')
+
+
+def page(view_id: str, figure_json: str, view: dict, layer_labels, head_labels, height: int) -> str:
+    """The HTML of one head view: controls, the plot's container, a status line, the script."""
+    data = json.loads(figure_json)
+    payload = {**view, "figure": data}
+    script = SCRIPT % {"id": json.dumps(view_id),
+                       "view": json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")}
+    return (
+        f'<div class="mhsa-head-view" id="{view_id}">\n'
+        f'<div class="mhsa-head-view-controls">'
+        f'{_options("layer", layer_labels, view["layer"])}'
+        f'{_options("head", head_labels, view["head"])}</div>\n'
+        f'<div class="mhsa-head-view-plot" style="width:100%;height:{height}px"></div>\n'
+        f'<p data-role="status" aria-live="polite">The interactive view needs JavaScript; the '
+        f"static figure below shows the same table.</p>\n"
+        f"</div>\n<script>{script}</script>\n"
+    )
