@@ -9,7 +9,8 @@ from . import teaching  # exercise self-checks: mhsa.teaching.check
 from .attention import scaled_dot_product_attention
 from .cache import KVCache
 from .device import default_device
-from .layers import DecoderLayer, EncoderLayer, FeedForward, record_attention
+from .layers import DecoderLayer, EncoderLayer, FeedForward
+from .recording import record_attention
 from .masks import (
     causal_mask,
     mask_from_additive,
