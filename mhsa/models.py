@@ -12,7 +12,7 @@ from torch import nn
 
 from ._checks import check_positive_int, kind_of
 from .cache import KVCache
-from .layers import DecoderLayer, EncoderLayer
+from .layers import DecoderLayer, EncoderLayer, dropout_module
 from .masks import padding_mask_from_ids
 
 
@@ -230,7 +230,7 @@ class EncoderDecoder(nn.Module):
         kw = {"device": device, "dtype": dtype}
         self.src_embed = TokenEmbedding(src_vocab, embed_dim, pad_id=pad_id, **kw)
         self.tgt_embed = TokenEmbedding(tgt_vocab, embed_dim, pad_id=pad_id, **kw)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout_module(dropout)
         stack = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
                  "layer_norm_eps": layer_norm_eps, **kw}
         self.encoder = Encoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
