@@ -48,7 +48,7 @@ class FeedForward(nn.Module):
         device, dtype: where and in which floating dtype to create the parameters.
 
     Shape:
-        ``[..., embed_dim] -> [..., embed_dim]``.
+        ``[..., e] -> [..., e]``.
 
     Raises:
         ValueError: a size that is not a positive int, ``dropout`` outside ``[0, 1)``, or an
@@ -110,7 +110,7 @@ class EncoderLayer(nn.Module):
         norm_first: True for pre-norm.
 
     Shape:
-        ``x``: ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``.
+        ``x``: ``[b, n, e]`` -> ``[b, n, e]``.
 
     Raises:
         ValueError: at construction, a size that is not a positive int, ``embed_dim`` not
@@ -207,8 +207,8 @@ class DecoderLayer(nn.Module):
             (``nn.Identity`` when ``dropout`` is 0).
 
     Shape:
-        ``x``: ``[batch, n_tgt, embed_dim]``, ``memory``: ``[batch, n_src, embed_dim]``
-        -> ``[batch, n_tgt, embed_dim]``.
+        ``x``: ``[b, n_tgt, e]``, ``memory``: ``[b, n_src, e]``
+        -> ``[b, n_tgt, e]``.
 
     Raises:
         ValueError: at construction, as :class:`EncoderLayer`.

@@ -71,7 +71,7 @@ class TokenEmbedding(nn.Module):
         device, dtype: where and in which floating dtype to create the table.
 
     Shape:
-        ``[batch, n]`` integer ids -> ``[batch, n, embed_dim]``.
+        ``[b, n]`` integer ids -> ``[b, n, e]``.
 
     Raises:
         ValueError: a size that is not a positive int.
@@ -129,7 +129,7 @@ class Encoder(_Stack):
             (``torch.nn.Transformer`` adds a final norm in both cases.)
 
     Shape:
-        ``x``: ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``; ``attn_mask`` as in
+        ``x``: ``[b, n, e]`` -> ``[b, n, e]``; ``attn_mask`` as in
         :meth:`mhsa.EncoderLayer.forward` (True = may attend), shared by every layer.
 
     Source: Vaswani et al. 2017, section 3.1; Xiong et al. 2020 (final norm with pre-norm).
@@ -153,8 +153,8 @@ class Decoder(_Stack):
         norm: ``nn.LayerNorm`` when ``norm_first``, else None.
 
     Shape:
-        ``x``: ``[batch, n_tgt, embed_dim]``, ``memory``: ``[batch, n_src, embed_dim]`` ->
-        ``[batch, n_tgt, embed_dim]``; masks as in :meth:`mhsa.DecoderLayer.forward`
+        ``x``: ``[b, n_tgt, e]``, ``memory``: ``[b, n_src, e]`` ->
+        ``[b, n_tgt, e]``; masks as in :meth:`mhsa.DecoderLayer.forward`
         (True = may attend), shared by every layer. Every layer attends to the same
         ``memory``, the encoder's last output. ``caches``: optional list of one
         :class:`mhsa.KVCache` per layer, for decoding step by step (``x`` then holds only
@@ -208,8 +208,8 @@ class EncoderDecoder(nn.Module):
         pad_id: the padding id.
 
     Shape:
-        ``src``: ``[batch, n_src]``, ``tgt``: ``[batch, n_tgt]`` (integer ids) ->
-        logits ``[batch, n_tgt, tgt_vocab]``.
+        ``src``: ``[b, n_src]``, ``tgt``: ``[b, n_tgt]`` (integer ids) ->
+        logits ``[b, n_tgt, tgt_vocab]``.
 
     Raises:
         ValueError: a size that is not a positive int, or ``pad_id`` outside a vocabulary.

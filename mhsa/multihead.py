@@ -12,10 +12,20 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import nn
 
-from ._checks import (check_bool_mask, check_divisible, check_int, check_positive_int,
-                      check_probability, check_shape)
-from .attention import (check_same_device, combine_masks, fused_attention,
-                        scaled_dot_product_attention)
+from ._checks import (
+    check_bool_mask,
+    check_divisible,
+    check_int,
+    check_positive_int,
+    check_probability,
+    check_shape,
+)
+from .attention import (
+    check_same_device,
+    combine_masks,
+    fused_attention,
+    scaled_dot_product_attention,
+)
 from .conversion import mha_from_torch, mha_to_torch
 from .rotary import apply_rotary
 
