@@ -107,7 +107,9 @@ class MultiHeadAttention(nn.Module):
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
-        q_proj: ``nn.Linear`` from ``embed_dim`` to ``qkv_dim = h * d``.
+        q_proj: ``nn.Linear`` from ``embed_dim`` to ``qkv_dim = h * d``. ``forward`` applies
+            the four projections' weights with ``F.linear``, as ``torch.nn.MultiheadAttention``
+            does with its ``out_proj``: forward hooks registered on them do not run.
         k_proj, v_proj: ``nn.Linear`` from ``kdim``/``vdim`` to ``g * d``.
         out_proj: ``nn.Linear`` from ``qkv_dim`` to ``embed_dim``.
         embed_dim, num_heads, num_kv_heads, qkv_dim, head_dim, kdim, vdim, dropout,

@@ -44,13 +44,22 @@ def module(*, dropout=0.0, seed=0, mode="eval"):
 
 
 def attend(attention, x, need_weights, **kwargs):
-    """Run the module and capture the merged attention output, before ``out_proj``."""
-    seen = []
-    hook = attention.out_proj.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    """Run the module and capture the merged attention output, before ``out_proj``.
+
+    The module applies ``out_proj``'s weights with ``F.linear`` (as torch's own
+    MultiheadAttention does), so the merge step ``mhsa.multihead._merge`` is watched.
+    """
+    seen, merge = [], mhsa.multihead._merge
+
+    def watched(heads):
+        seen.append(merge(heads))
+        return seen[-1]
+
+    mhsa.multihead._merge = watched
     try:
         out, weights = attention(x, need_weights=need_weights, **kwargs)
     finally:
-        hook.remove()
+        mhsa.multihead._merge = merge
     return out, weights, seen[0]
 
 
