@@ -132,8 +132,8 @@ class EncoderLayer(nn.Module):
         self.feed_forward = FeedForward(embed_dim, ff_dim, dropout=dropout,
                                         activation=activation, **kw)
         self.norm1 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
-        self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
         self.dropout1 = dropout_module(dropout)
+        self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
         self.dropout2 = dropout_module(dropout)
 
     def forward(self, x: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -228,10 +228,10 @@ class DecoderLayer(nn.Module):
         self.feed_forward = FeedForward(embed_dim, ff_dim, dropout=dropout,
                                         activation=activation, **kw)
         self.norm1 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
-        self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
-        self.norm3 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
         self.dropout1 = dropout_module(dropout)
+        self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
         self.dropout2 = dropout_module(dropout)
+        self.norm3 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
         self.dropout3 = dropout_module(dropout)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *,
