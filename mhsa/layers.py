@@ -51,8 +51,9 @@ class FeedForward(nn.Module):
         ``[..., e] -> [..., e]``.
 
     Raises:
-        ValueError: a size that is not a positive int, ``dropout`` outside ``[0, 1)``, or an
-            unknown ``activation``.
+        TypeError: a size that is not an int, or ``dropout`` that is not a number.
+        ValueError: a size below 1, ``dropout`` outside ``[0, 1)``, or an unknown
+            ``activation``.
 
     Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.3.
     """
@@ -113,9 +114,9 @@ class EncoderLayer(nn.Module):
         ``x``: ``[b, n, e]`` -> ``[b, n, e]``.
 
     Raises:
-        ValueError: at construction, a size that is not a positive int, ``embed_dim`` not
-            divisible by ``num_heads``, ``dropout`` outside ``[0, 1)``, or an unknown
-            ``activation``.
+        TypeError: at construction, a size that is not an int.
+        ValueError: at construction, a size below 1, ``embed_dim`` not divisible by
+            ``num_heads``, ``dropout`` outside ``[0, 1)``, or an unknown ``activation``.
 
     Source: Vaswani et al. 2017, "Attention Is All You Need", sections 3.1 (encoder stack,
     residual connections, layer normalization) and 3.3 (feed-forward); Xiong et al. 2020,

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_positive_int, kind_of
+from ._checks import check_int, check_int_tensor, check_positive_int, check_rank
 from .cache import KVCache
 from .layers import DecoderLayer, EncoderLayer, dropout_module
 from .masks import padding_mask_from_ids
@@ -39,7 +39,8 @@ def sinusoidal_positional_encoding(n_tokens: int, embed_dim: int, *, base: float
         tensor ``[n_tokens, embed_dim]`` with values in ``[-1, 1]``.
 
     Raises:
-        ValueError: ``n_tokens`` or ``embed_dim`` is not a positive int, or ``embed_dim`` is odd.
+        ValueError: ``n_tokens`` or ``embed_dim`` is below 1 (not an int: ``TypeError``), or
+            ``embed_dim`` is odd.
 
     Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.5.
     """
@@ -74,7 +75,7 @@ class TokenEmbedding(nn.Module):
         ``[b, n]`` integer ids -> ``[b, n, e]``.
 
     Raises:
-        ValueError: a size that is not a positive int.
+        ValueError: a size below 1 (a size that is not an int raises ``TypeError``).
         TypeError: (forward) ids that are not an integer tensor.
 
     Source: Vaswani et al. 2017, section 3.4.
@@ -212,7 +213,8 @@ class EncoderDecoder(nn.Module):
         logits ``[b, n_tgt, tgt_vocab]``.
 
     Raises:
-        ValueError: a size that is not a positive int, or ``pad_id`` outside a vocabulary.
+        TypeError: a size or ``pad_id`` that is not an int.
+        ValueError: a size below 1, or ``pad_id`` outside a vocabulary.
 
     Source: Vaswani et al. 2017, sections 3.1 (architecture), 3.4 (embeddings and
     softmax), 3.5 (positional encoding), 5.4 (dropout on embeddings plus positions).
@@ -222,9 +224,10 @@ class EncoderDecoder(nn.Module):
                  dropout=0.1, pad_id=0, activation="relu", norm_first=False,
                  layer_norm_eps=1e-5, max_positions=1024, device=None, dtype=None):
         super().__init__()
+        check_int("pad_id", pad_id, minimum=0)
         for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
             check_positive_int(name, vocab)
-            if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab:
+            if pad_id >= vocab:
                 raise ValueError(f"`pad_id` must be an int in [0, {name}={vocab}), got {pad_id!r}")
         self.pad_id = pad_id
         kw = {"device": device, "dtype": dtype}
@@ -347,7 +350,7 @@ class EncoderDecoder(nn.Module):
 
         Raises:
             TypeError: ``src`` is not an integer tensor; an id that is not an int.
-            ValueError: ``src`` is not 2-D; ``max_len`` is not a positive int.
+            ValueError: ``src`` is not 2-D; ``max_len`` is below 1 (not an int: ``TypeError``).
         """
         _check_ids("src", src)
         check_positive_int("max_len", max_len)
@@ -388,10 +391,5 @@ def _final_norm(norm_first, embed_dim, eps, device, dtype):
 
 
 def _check_ids(name: str, ids) -> None:
-    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() \
-            or ids.dtype == torch.bool:
-        got = kind_of(ids)
-        raise TypeError(f"`{name}` must be an integer tensor of token ids, got {got}")
-    if ids.dim() != 2:
-        raise ValueError(f"`{name}` must be 2-D [batch, n] token ids, got shape "
-                         f"{tuple(ids.shape)}")
+    check_int_tensor(name, ids, "an integer tensor of token ids")
+    check_rank(name, ids, rank=2, layout="[batch, n] token ids")

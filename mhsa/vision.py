@@ -65,9 +65,10 @@ class VisionTransformer(nn.Module):
         logits ``[b, num_classes]``.
 
     Raises:
-        ValueError: at construction, a size that is not a positive int, an image side that
-            is not a multiple of ``patch_size``, ``embed_dim`` not divisible by
-            ``num_heads``, ``dropout`` outside ``[0, 1)``, or an unknown ``activation``.
+        TypeError: at construction, a size that is not an int.
+        ValueError: at construction, a size below 1, an image side that is not a multiple
+            of ``patch_size``, ``embed_dim`` not divisible by ``num_heads``, ``dropout``
+            outside ``[0, 1)``, or an unknown ``activation``.
 
     Source: Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words: Transformers for
     Image Recognition at Scale", section 3.1 (patch embedding, class token, position
