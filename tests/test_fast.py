@@ -139,6 +139,8 @@ def test_time_call_returns_the_fastest_of_its_repeats():
         time_call(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="`warmup` must be an int >= 0, got -1"):
         time_call(lambda: None, warmup=-1)
+    with pytest.raises(TypeError, match="`warmup` must be an int, got float 1.0"):
+        time_call(lambda: None, warmup=1.0)
 
 
 def test_interleaved_times_alternates_the_order_and_times_every_call():

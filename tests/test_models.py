@@ -241,6 +241,10 @@ def test_record_attention_covers_every_layer_of_the_model():
 def test_model_errors_name_the_argument():
     with pytest.raises(ValueError, match=r"`pad_id` must be an int in \[0, tgt_vocab=5\), got 7"):
         mhsa.EncoderDecoder(10, 5, E, H, FF, 1, pad_id=7)
+    with pytest.raises(TypeError, match=r"`pad_id` must be an int, got float 0\.0"):
+        mhsa.EncoderDecoder(10, 5, E, H, FF, 1, pad_id=0.0)
+    with pytest.raises(ValueError, match=r"`pad_id` must be an int >= 0, got -1"):
+        mhsa.EncoderDecoder(10, 5, E, H, FF, 1, pad_id=-1)
     with pytest.raises(ValueError, match=r"`num_layers` must be a positive int, got 0"):
         mhsa.EncoderDecoder(10, 10, E, H, FF, 0)
     model = small_model()
