@@ -1,7 +1,8 @@
 """mhsa: multi-head self-attention, from the attention table to the transformer.
 
 Legend for every einops pattern and docstring: b batch, n tokens, h heads, d head_dim,
-e embed_dim, i query positions, j key positions; h * d is qkv_dim (embed_dim by default).
+e embed_dim, i query positions, j key positions; h * d is qkv_dim (embed_dim by default);
+g key/value heads (num_kv_heads) and r = h / g query heads per key/value head.
 One mask convention across the package: boolean, True = may attend.
 """
 
@@ -9,7 +10,7 @@ from . import teaching  # exercise self-checks: mhsa.teaching.check
 from .attention import scaled_dot_product_attention
 from .cache import KVCache
 from .device import default_device
-from .layers import DecoderLayer, EncoderLayer, FeedForward, record_attention
+from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .masks import (
     causal_mask,
     mask_from_additive,
@@ -29,6 +30,7 @@ from .models import (
 )
 from .multihead import MultiHeadAttention
 from .patches import patchify, unpatchify
+from .recording import record_attention
 from .rotary import apply_rotary
 from .vision import VisionTransformer
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ._checks import check_positive_int
+from ._checks import check_int, check_positive_int
 
 
 def attention_flops(n_tokens: int, embed_dim: int, *, batch: int = 1) -> int:
@@ -33,7 +33,7 @@ def attention_flops(n_tokens: int, embed_dim: int, *, batch: int = 1) -> int:
         ``batch * (8 * n * e**2 + 4 * n**2 * e)``, an int.
 
     Raises:
-        ValueError: an argument that is not a positive int.
+        ValueError: an argument below 1 (not an int: ``TypeError``).
 
     Source: Vaswani et al. 2017, section 4 and Table 1 (per-layer complexity
     ``O(n^2 d)`` of self-attention); Kaplan et al. 2020, "Scaling Laws for Neural Language
@@ -56,11 +56,11 @@ def time_call(fn, *, repeats: int = 5, warmup: int = 1) -> float:
         seconds, a float. On a GPU, ``fn`` is synchronized before each clock read.
 
     Raises:
-        ValueError: ``repeats`` is not a positive int, or ``warmup`` is negative.
+        TypeError: ``repeats`` or ``warmup`` is not an int.
+        ValueError: ``repeats`` is below 1, or ``warmup`` is negative.
     """
     check_positive_int("repeats", repeats)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"`warmup` must be an int >= 0, got {warmup!r}")
+    check_int("warmup", warmup, minimum=0)
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(warmup):
         fn()
@@ -92,7 +92,7 @@ def interleaved_times(fns: dict, rounds: int, clock=time.perf_counter) -> dict:
         ``{name: [seconds of round 0, round 1, ...]}``.
 
     Raises:
-        ValueError: ``rounds`` is not a positive int.
+        ValueError: ``rounds`` is below 1 (not an int: ``TypeError``).
     """
     check_positive_int("rounds", rounds)
     times, names = {name: [] for name in fns}, list(fns)
@@ -121,7 +121,7 @@ def matmul_rate(*, size: int = 1024, repeats: int = 10, device=None,
         FLOP/s, a float.
 
     Raises:
-        ValueError: ``size`` or ``repeats`` is not a positive int.
+        ValueError: ``size`` or ``repeats`` is below 1 (not an int: ``TypeError``).
     """
     check_positive_int("size", size)
     generator = torch.Generator().manual_seed(0)

@@ -10,9 +10,9 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_positive_int, kind_of
+from ._checks import check_int, check_int_tensor, check_positive_int, check_rank
 from .cache import KVCache
-from .layers import DecoderLayer, EncoderLayer
+from .layers import DecoderLayer, EncoderLayer, dropout_module
 from .masks import padding_mask_from_ids
 
 
@@ -39,7 +39,8 @@ def sinusoidal_positional_encoding(n_tokens: int, embed_dim: int, *, base: float
         tensor ``[n_tokens, embed_dim]`` with values in ``[-1, 1]``.
 
     Raises:
-        ValueError: ``n_tokens`` or ``embed_dim`` is not a positive int, or ``embed_dim`` is odd.
+        ValueError: ``n_tokens`` or ``embed_dim`` is below 1 (not an int: ``TypeError``), or
+            ``embed_dim`` is odd.
 
     Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.5.
     """
@@ -71,10 +72,10 @@ class TokenEmbedding(nn.Module):
         device, dtype: where and in which floating dtype to create the table.
 
     Shape:
-        ``[batch, n]`` integer ids -> ``[batch, n, embed_dim]``.
+        ``[b, n]`` integer ids -> ``[b, n, e]``.
 
     Raises:
-        ValueError: a size that is not a positive int.
+        ValueError: a size below 1 (a size that is not an int raises ``TypeError``).
         TypeError: (forward) ids that are not an integer tensor.
 
     Source: Vaswani et al. 2017, section 3.4.
@@ -129,7 +130,7 @@ class Encoder(_Stack):
             (``torch.nn.Transformer`` adds a final norm in both cases.)
 
     Shape:
-        ``x``: ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``; ``attn_mask`` as in
+        ``x``: ``[b, n, e]`` -> ``[b, n, e]``; ``attn_mask`` as in
         :meth:`mhsa.EncoderLayer.forward` (True = may attend), shared by every layer.
 
     Source: Vaswani et al. 2017, section 3.1; Xiong et al. 2020 (final norm with pre-norm).
@@ -153,8 +154,8 @@ class Decoder(_Stack):
         norm: ``nn.LayerNorm`` when ``norm_first``, else None.
 
     Shape:
-        ``x``: ``[batch, n_tgt, embed_dim]``, ``memory``: ``[batch, n_src, embed_dim]`` ->
-        ``[batch, n_tgt, embed_dim]``; masks as in :meth:`mhsa.DecoderLayer.forward`
+        ``x``: ``[b, n_tgt, e]``, ``memory``: ``[b, n_src, e]`` ->
+        ``[b, n_tgt, e]``; masks as in :meth:`mhsa.DecoderLayer.forward`
         (True = may attend), shared by every layer. Every layer attends to the same
         ``memory``, the encoder's last output. ``caches``: optional list of one
         :class:`mhsa.KVCache` per layer, for decoding step by step (``x`` then holds only
@@ -183,7 +184,7 @@ class EncoderDecoder(nn.Module):
     ``src`` goes through :class:`TokenEmbedding` + sinusoidal positions + dropout and the
     :class:`Encoder`, giving ``memory``; ``tgt`` (the target shifted right, starting with a
     begin-of-sequence id) goes through its own embedding, positions, dropout and the
-    :class:`Decoder`, which attends to ``memory``; a linear ``generator`` maps each target
+    :class:`Decoder`, which attends to ``memory``; a linear ``lm_head`` maps each target
     position to logits over the target vocabulary. Padding (``pad_id``) is masked in the
     encoder self-attention, the cross-attention and the decoder self-attention.
 
@@ -193,21 +194,27 @@ class EncoderDecoder(nn.Module):
         dropout: every dropout probability (embeddings, attention, sublayers, feed-forward).
         pad_id: padding id, shared by source and target.
         activation, norm_first, layer_norm_eps: passed to every layer.
+        max_positions: rows of the sinusoidal position table kept in a buffer (longer
+            sequences compute their rows on each call).
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
         src_embed, tgt_embed: the :class:`TokenEmbedding` of each side.
         encoder: the :class:`Encoder`.
         decoder: the :class:`Decoder`.
-        generator: ``nn.Linear(embed_dim, tgt_vocab)``, from decoder outputs to logits.
+        lm_head: ``nn.Linear(embed_dim, tgt_vocab)``, from decoder outputs to logits
+            (the "generator" of some implementations).
+        position_table: the sinusoidal table ``[max_positions, embed_dim]``, a
+            non-persistent buffer (it follows ``.to()`` but is not in the state dict).
         pad_id: the padding id.
 
     Shape:
-        ``src``: ``[batch, n_src]``, ``tgt``: ``[batch, n_tgt]`` (integer ids) ->
-        logits ``[batch, n_tgt, tgt_vocab]``.
+        ``src``: ``[b, n_src]``, ``tgt``: ``[b, n_tgt]`` (integer ids) ->
+        logits ``[b, n_tgt, tgt_vocab]``.
 
     Raises:
-        ValueError: a size that is not a positive int, or ``pad_id`` outside a vocabulary.
+        TypeError: a size or ``pad_id`` that is not an int.
+        ValueError: a size below 1, or ``pad_id`` outside a vocabulary.
 
     Source: Vaswani et al. 2017, sections 3.1 (architecture), 3.4 (embeddings and
     softmax), 3.5 (positional encoding), 5.4 (dropout on embeddings plus positions).
@@ -215,43 +222,36 @@ class EncoderDecoder(nn.Module):
 
     def __init__(self, src_vocab, tgt_vocab, embed_dim, num_heads, ff_dim, num_layers, *,
                  dropout=0.1, pad_id=0, activation="relu", norm_first=False,
-                 layer_norm_eps=1e-5, device=None, dtype=None):
+                 layer_norm_eps=1e-5, max_positions=1024, device=None, dtype=None):
         super().__init__()
+        check_int("pad_id", pad_id, minimum=0)
         for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
             check_positive_int(name, vocab)
-            if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab:
+            if pad_id >= vocab:
                 raise ValueError(f"`pad_id` must be an int in [0, {name}={vocab}), got {pad_id!r}")
         self.pad_id = pad_id
         kw = {"device": device, "dtype": dtype}
         self.src_embed = TokenEmbedding(src_vocab, embed_dim, pad_id=pad_id, **kw)
         self.tgt_embed = TokenEmbedding(tgt_vocab, embed_dim, pad_id=pad_id, **kw)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout_module(dropout)
         stack = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
                  "layer_norm_eps": layer_norm_eps, **kw}
         self.encoder = Encoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
         self.decoder = Decoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
-        self.generator = nn.Linear(embed_dim, tgt_vocab, **kw)
-        self._position_table = None  # see _positions
+        self.lm_head = nn.Linear(embed_dim, tgt_vocab, **kw)
+        table = sinusoidal_positional_encoding(
+            check_positive_int("max_positions", max_positions), embed_dim, device=device,
+            dtype=torch.get_default_dtype() if dtype is None else dtype)
+        self.register_buffer("position_table", table, persistent=False)  # computed once
 
     def _embed(self, embed: TokenEmbedding, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
-        x = embed(ids)  # [b, n, e], the tokens at positions start, start + 1, ...
-        return self.dropout(x + self._positions(start + ids.shape[1], x)[start:])
-
-    def _positions(self, n: int, like: torch.Tensor) -> torch.Tensor:
-        """Rows ``0 .. n-1`` of the sinusoidal table, on ``like``'s device and dtype.
-
-        The table never changes, so it is computed once and kept (grown when a longer
-        sequence comes); a decoder that writes one token per step would otherwise spend
-        more time recomputing it than attending.
-        """
-        table = self._position_table
-        if table is None or len(table) < n or (table.device, table.dtype) != (like.device,
-                                                                               like.dtype):
-            with torch.inference_mode(False):  # a normal tensor, even when made while decoding
-                table = sinusoidal_positional_encoding(max(n, 256), like.shape[-1],
-                                                       device=like.device, dtype=like.dtype)
-            self._position_table = table  # a cache: not a parameter, not in the state dict
-        return table[:n]
+        """Token embeddings plus the positions ``start, start + 1, ...``, then dropout."""
+        x = embed(ids)  # [b, n, e]
+        end, table = start + ids.shape[1], self.position_table
+        if end > len(table):  # longer than the buffer: compute the rows, keep nothing
+            table = sinusoidal_positional_encoding(end, x.shape[-1], device=x.device,
+                                                   dtype=x.dtype)
+        return self.dropout(x + table[start:end])
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the encoder.
@@ -273,7 +273,7 @@ class EncoderDecoder(nn.Module):
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor,
                src_mask: torch.Tensor | None = None, *, caches=None) -> torch.Tensor:
-        """Run the decoder and the generator: logits ``[batch, n_tgt, tgt_vocab]``.
+        """Run the decoder and the ``lm_head``: logits ``[batch, n_tgt, tgt_vocab]``.
 
         Args:
             tgt: target ids so far ``[batch, n_tgt]``, starting with the begin id.
@@ -292,15 +292,17 @@ class EncoderDecoder(nn.Module):
         """
         _check_ids("tgt", tgt)
         tgt_mask = padding_mask_from_ids(tgt, self.pad_id)  # [b, 1, 1, n_tgt], ANDed w/ causal
-        if not torch.is_grad_enabled() and bool(tgt_mask.all()):  # decoding, not training:
-            tgt_mask = None  # no padding, so the same attention with less mask work
+        return self._decode(tgt, memory, src_mask, tgt_mask, caches)
+
+    def _decode(self, tgt, memory, src_mask, tgt_mask, caches):
+        """:meth:`decode` with its masks given: ``tgt_mask`` may be None (no padding)."""
         start = 0 if not caches else len(caches[0])  # positions the caches hold already
         if start >= tgt.shape[1]:
             raise ValueError(f"`caches` hold {start} positions; `tgt` ({tgt.shape[1]} ids) "
                              "has no new one to decode")
         x = self.decoder(self._embed(self.tgt_embed, tgt[:, start:], start), memory,
                          self_attn_mask=tgt_mask, memory_mask=src_mask, caches=caches)
-        return self.generator(x)
+        return self.lm_head(x)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Logits ``[batch, n_tgt, tgt_vocab]``: position ``i`` predicts target token ``i+1``.
@@ -348,7 +350,7 @@ class EncoderDecoder(nn.Module):
 
         Raises:
             TypeError: ``src`` is not an integer tensor; an id that is not an int.
-            ValueError: ``src`` is not 2-D; ``max_len`` is not a positive int.
+            ValueError: ``src`` is not 2-D; ``max_len`` is below 1 (not an int: ``TypeError``).
         """
         _check_ids("src", src)
         check_positive_int("max_len", max_len)
@@ -362,20 +364,25 @@ class EncoderDecoder(nn.Module):
     def _greedy_steps(self, src, bos_id, eos_id, max_len, use_cache):
         """The decoding loop of :meth:`greedy_decode`, arguments checked."""
         memory, src_mask = self.encode(src)
-        if bool(src_mask.all()):
+        if bool(src_mask.all()):  # one check per sequence, outside every forward
             src_mask = None  # no source padding: the same attention, without mask work
         out = torch.full((src.shape[0], max_len + 1), self.pad_id, dtype=torch.long,
                          device=src.device)
         out[:, 0] = bos_id
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        cached = {"caches": [KVCache() for _ in self.decoder.layers]} if use_cache else {}
+        cached = [KVCache() for _ in self.decoder.layers] if use_cache else None
+        keep = padding_mask_from_ids(out, self.pad_id)  # [b, 1, 1, max_len + 1], built once
+        padded = False  # has a pad id been written? Until then no target mask is needed
         for t in range(max_len):  # reads out[:, :t + 1], writes out[:, t + 1]
-            logits = self.decode(out[:, :t + 1], memory, src_mask, **cached)  # [b, new, vocab]
+            tgt_mask = keep[..., :t + 1] if padded else None
+            logits = self._decode(out[:, :t + 1], memory, src_mask, tgt_mask, cached)
             next_id = logits[:, -1].argmax(dim=-1).masked_fill(finished, self.pad_id)  # [b]
             out[:, t + 1] = next_id
+            keep[:, 0, 0, t + 1] = next_id != self.pad_id
             finished |= next_id == eos_id
-            if bool(finished.all()):
+            if bool(finished.all()):  # the loop's checks, once per step, outside every forward
                 return out[:, 1:t + 2]
+            padded = padded or not bool(keep[:, 0, 0, t + 1].all())
         return out[:, 1:]
 
 
@@ -384,10 +391,5 @@ def _final_norm(norm_first, embed_dim, eps, device, dtype):
 
 
 def _check_ids(name: str, ids) -> None:
-    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() \
-            or ids.dtype == torch.bool:
-        got = kind_of(ids)
-        raise TypeError(f"`{name}` must be an integer tensor of token ids, got {got}")
-    if ids.dim() != 2:
-        raise ValueError(f"`{name}` must be 2-D [batch, n] token ids, got shape "
-                         f"{tuple(ids.shape)}")
+    check_int_tensor(name, ids, "an integer tensor of token ids")
+    check_rank(name, ids, rank=2, layout="[batch, n] token ids")

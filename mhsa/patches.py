@@ -37,8 +37,8 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
 
     Raises:
         TypeError: ``images`` is not a torch.Tensor.
-        ValueError: ``images`` is not 4-D; ``patch_size`` is not a positive int; ``height``
-            or ``width`` is not a multiple of ``patch_size``.
+        ValueError: ``images`` is not 4-D; ``patch_size`` is below 1 (not an int:
+            ``TypeError``); ``height`` or ``width`` is not a multiple of ``patch_size``.
 
     Source: Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words: Transformers for
     Image Recognition at Scale" (ViT), section 3.1: the image is reshaped into a sequence

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .device import default_device
-from .layers import record_attention
 from .masks import padding_mask
 from .models import Encoder
+from .recording import attention_by_layer
 
 try:
     from safetensors.torch import load_file
@@ -69,8 +69,8 @@ class BertEmbeddings(nn.Module):
         dropout: probability of zeroing an entry in training mode.
 
     Shape:
-        ``token_ids`` ``[batch, n]`` (int64), optional ``token_type_ids`` ``[batch, n]``
-        (default all 0) -> ``[batch, n, embed_dim]``.
+        ``token_ids`` ``[b, n]`` (int64), optional ``token_type_ids`` ``[b, n]``
+        (default all 0) -> ``[b, n, e]``.
 
     Raises:
         ValueError: (forward) ``n`` exceeds ``max_positions``.
@@ -250,10 +250,7 @@ class PretrainedEncoder:
         ``text`` is not a str.
         """
         ids, _ = self.token_ids(_check_text(text))
-        with record_attention(self.model) as weights:
-            self.model(ids)
-        names = [f"encoder.layers.{k}.self_attn" for k in range(self.num_layers)]
-        return torch.stack([weights[name][0] for name in names])  # [layers, h, i, j]
+        return attention_by_layer(self.model, "encoder.layers", ids)[:, 0]  # [layers, h, i, j]
 
 
 def default_model_path() -> Path:

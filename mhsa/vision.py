@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from ._checks import check_positive_int, kind_of
-from .layers import record_attention
 from .models import Encoder
 from .patches import patchify
+from .recording import attention_by_layer
 
 
 class VisionTransformer(nn.Module):
@@ -61,13 +61,14 @@ class VisionTransformer(nn.Module):
         patch_size, in_channels: as given.
 
     Shape:
-        ``images``: ``[batch, in_channels, height, width]`` floating ->
-        logits ``[batch, num_classes]``.
+        ``images``: ``[b, c, height, width]`` floating ->
+        logits ``[b, num_classes]``.
 
     Raises:
-        ValueError: at construction, a size that is not a positive int, an image side that
-            is not a multiple of ``patch_size``, ``embed_dim`` not divisible by
-            ``num_heads``, ``dropout`` outside ``[0, 1)``, or an unknown ``activation``.
+        TypeError: at construction, a size that is not an int.
+        ValueError: at construction, a size below 1, an image side that is not a multiple
+            of ``patch_size``, ``embed_dim`` not divisible by ``num_heads``, ``dropout``
+            outside ``[0, 1)``, or an unknown ``activation``.
 
     Source: Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words: Transformers for
     Image Recognition at Scale", section 3.1 (patch embedding, class token, position
@@ -124,7 +125,7 @@ class VisionTransformer(nn.Module):
     def attention_weights(self, images: torch.Tensor) -> torch.Tensor:
         """Every layer's attention weights for ``images``, stacked: ``[layers, b, h, n, n]``.
 
-        Runs one forward pass inside :func:`mhsa.layers.record_attention`. Token 0 is the class
+        Runs one forward pass inside :func:`mhsa.record_attention`. Token 0 is the class
         token and token ``1 + k`` is patch ``k`` (row-major), so
         ``weights[l, :, :, 0, 1:]`` is how much the class token attends to each patch in
         layer ``l``, ``[b, h, gh * gw]``; reshape it onto the grid with
@@ -142,10 +143,7 @@ class VisionTransformer(nn.Module):
             TypeError: ``images`` is not a floating tensor.
             ValueError: ``images`` does not have this model's sizes.
         """
-        with record_attention(self) as record:
-            self(images)
-        return torch.stack([record[f"encoder.layers.{k}.self_attn"]
-                            for k in range(len(self.encoder.layers))])
+        return attention_by_layer(self, "encoder.layers", images)
 
     def _check_images(self, images) -> None:
         if not isinstance(images, torch.Tensor) or not images.is_floating_point():

@@ -63,8 +63,8 @@ def test_update_rejects_bad_input(key, value, error, match):
 
 @pytest.mark.parametrize("shape, dtype, error, match", [
     ((3, 4, 1, 8), torch.float32, ValueError, r"do not continue the cache's \[2, 4, n_cached=5, 8\]"),
-    ((2, 2, 1, 8), torch.float32, ValueError, "batch, num_heads and head_dim must match"),
-    ((2, 4, 1, 6), torch.float32, ValueError, "batch, num_heads and head_dim must match"),
+    ((2, 2, 1, 8), torch.float32, ValueError, "batch, num_kv_heads and head_dim must match"),
+    ((2, 4, 1, 6), torch.float32, ValueError, "batch, num_kv_heads and head_dim must match"),
     ((2, 4, 1, 8), torch.float64, TypeError, "new keys are torch.float64, the cache holds"),
 ])
 def test_update_rejects_keys_that_do_not_continue_the_cache(shape, dtype, error, match):
@@ -245,7 +245,7 @@ def test_greedy_decode_with_cache_gives_the_same_tokens(seed):
 def test_greedy_decode_cache_handles_sequences_that_finish_early():
     model = make_model(3)
     with torch.no_grad():  # make <eos> (id 2) likely, so that some rows finish and get padded
-        model.generator.bias[2] += 1.7
+        model.lm_head.bias[2] += 1.7
     src = torch.randint(3, 13, (16, 8), generator=torch.Generator().manual_seed(3))
     without = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=12)
     finished_early = (without == 0).any(dim=1)
@@ -262,3 +262,22 @@ def test_recorded_attention_with_a_cache_has_one_query_row():
     assert out.shape == (2, 4)
     assert weights["decoder.layers.1.self_attn"].shape == (2, 4, 1, 4)  # 4th step, 4 keys
     assert weights["decoder.layers.1.cross_attn"].shape == (2, 4, 1, 5)
+
+
+def test_greedy_decode_masks_a_generated_pad_like_decode_does():
+    """A pad id the model writes mid-sequence is masked as a key, cached or not, as decode()
+    masks it: the tokens equal a loop that calls decode() on the whole prefix."""
+    model = make_model(4)  # seed and bias chosen so that ignoring the mask changes tokens
+    with torch.no_grad():  # make the pad id (0) likely at some steps, never eos
+        model.lm_head.bias[0] += 0.6
+    src = torch.randint(3, 13, (3, 6), generator=torch.Generator().manual_seed(4))
+    cached = model.greedy_decode(src, bos_id=1, eos_id=-1, max_len=10, use_cache=True)
+    assert (cached == 0).any() and (cached != 0).any()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.ones(3, 1, dtype=torch.long)
+        for _ in range(10):
+            next_id = model.decode(out, memory, src_mask)[:, -1].argmax(-1)
+            out = torch.cat([out, next_id[:, None]], dim=1)
+    assert torch.equal(cached, out[:, 1:])
+    assert torch.equal(model.greedy_decode(src, bos_id=1, eos_id=-1, max_len=10), cached)

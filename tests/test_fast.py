@@ -32,11 +32,12 @@ def sdpa_calls(monkeypatch):
     """Record the keyword arguments of every torch SDPA call made by MultiHeadAttention."""
     calls, sdpa = [], F.scaled_dot_product_attention
 
-    def spy(q, k, v, **kwargs):
-        calls.append({"n_q": q.shape[-2], "n_k": k.shape[-2], **kwargs})
+    def spy(q, k, v, **kwargs):  # keeps the arguments that change something
+        calls.append({"n_q": q.shape[-2], "n_k": k.shape[-2],
+                      **{name: a for name, a in kwargs.items() if a is not None and a is not False}})
         return sdpa(q, k, v, **kwargs)
 
-    monkeypatch.setattr(mhsa.multihead.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(mhsa.attention.F, "scaled_dot_product_attention", spy)
     return calls
 
 
@@ -138,6 +139,8 @@ def test_time_call_returns_the_fastest_of_its_repeats():
         time_call(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="`warmup` must be an int >= 0, got -1"):
         time_call(lambda: None, warmup=-1)
+    with pytest.raises(TypeError, match="`warmup` must be an int, got float 1.0"):
+        time_call(lambda: None, warmup=1.0)
 
 
 def test_interleaved_times_alternates_the_order_and_times_every_call():
