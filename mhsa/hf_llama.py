@@ -61,8 +61,8 @@ def _check_representable(config) -> None:
     rope = _rope_parameters(config)
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     problems = [
-        (rope_type != "default", f"rope type {rope_type!r} (only 'default' rotary "
-                                 "embeddings, without scaling)"),
+        (rope_type != "default",
+         f"rope type {rope_type!r} (only 'default' rotary embeddings, without scaling)"),
         (bool(getattr(config, "attention_bias", False)), "attention_bias=True (no biases)"),
         (bool(getattr(config, "mlp_bias", False)), "mlp_bias=True (no biases)"),
         (getattr(config, "hidden_act", "silu") != "silu",

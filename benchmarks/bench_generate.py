@@ -1,0 +1,254 @@
+"""Greedy generation: mhsa.CausalLM against transformers' Llama on the same weights.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_generate.py               # about a minute on 2 cores
+    .venv/bin/python benchmarks/bench_generate.py --clock wall  # a quiet machine
+
+Setup (issue 16): batch 1, one thread, a 16-token prompt, 128 new tokens, a 4-layer,
+256-wide Llama with 8 query heads, 2 key/value heads (grouped-query), SwiGLU width 688 and
+vocabulary 1000, float32, random weights. Three generators share those weights:
+
+- ``mhsa``: ``mhsa.CausalLM.from_hf_llama(model).generate(ids, 128)``;
+- ``transformers``: ``model.generate(ids, do_sample=False, max_new_tokens=128)``;
+- ``bare torch``: a plain loop of ``F.linear``, ``F.rms_norm``, rotary tables, a
+  preallocated cache and ``F.scaled_dot_product_attention(enable_gqa=True)``: the floor
+  for Python-driven decoding, to show what is left to gain.
+
+All three must produce the same tokens. They are interleaved (``mhsa.measure.
+interleaved_times``): each round calls each once, every other round in reverse order.
+Printed: best-of-rounds seconds and tokens/s; the speed-up ``transformers / mhsa`` as the
+ratio of the best times (target >= 2) and the median of per-round ratios; where one decoding
+step of mhsa spends its time (per module, then per torch operator); and the KV-cache bytes
+per token for multi-head, grouped-query and multi-query attention, measured from the
+``KVCache`` tensors, next to the formula ``2 * layers * num_kv_heads * head_dim * bytes``.
+
+The default clock is this process's CPU time (``--clock cpu``), blind to other programs on
+a shared machine; with one thread it counts the work each generator does.
+"""
+
+import argparse
+import platform
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+
+import mhsa
+from mhsa.measure import interleaved_times
+
+LAYERS, WIDTH, HEADS, KV_HEADS, FF, VOCAB = 4, 256, 8, 2, 688, 1000
+PROMPT, NEW = 16, 128
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def transformers_llama(num_kv_heads=KV_HEADS, seed=0):
+    """A random transformers ``LlamaForCausalLM`` of the benchmark's size, eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=FF,
+                         num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                         num_key_value_heads=num_kv_heads, max_position_embeddings=256,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # spread-out weights: greedy tokens do not hinge on rounding
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 1.0 if "embed" in name else p.shape[1] ** -0.5)
+    return model
+
+
+class BareLoop:
+    """Greedy decoding with plain torch calls over a ``LlamaForCausalLM``'s weights."""
+
+    def __init__(self, model):
+        self.config, base = model.config, model.model
+        self.embed, self.norm = base.embed_tokens.weight, base.norm.weight
+        self.head = model.lm_head.weight
+        self.eps = self.config.rms_norm_eps
+        self.layers = [(layer.input_layernorm.weight,
+                        torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
+                                   layer.self_attn.v_proj.weight]),
+                        layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
+                        torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
+                        layer.mlp.down_proj.weight) for layer in base.layers]
+        d = WIDTH // HEADS
+        angles = torch.arange(PROMPT + NEW)[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)
+        angles = torch.cat([angles, angles], dim=-1)
+        self.cos, self.sin = angles.cos(), angles.sin()  # [positions, d], built once
+
+    def rotate(self, x, start):
+        n, half = x.shape[-2], x.shape[-1] // 2
+        cos, sin = self.cos[start:start + n], self.sin[start:start + n]
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+    @torch.inference_mode()
+    def generate(self, ids, new):
+        b, n = ids.shape
+        d, total = WIDTH // HEADS, n + new
+        out = ids.new_empty(b, total)
+        out[:, :n] = ids
+        caches = [torch.empty(2, b, KV_HEADS, total, d) for _ in self.layers]
+        start, step = 0, ids
+        for t in range(n, total):
+            x = F.embedding(step, self.embed)
+            m = step.shape[1]
+            for (n1, qkv, o, n2, gate_up, down), cache in zip(self.layers, caches):
+                h = F.linear(F.rms_norm(x, (WIDTH,), n1, self.eps), qkv)
+                q, k, v = h.split([WIDTH, KV_HEADS * d, KV_HEADS * d], dim=-1)
+                q = self.rotate(q.view(b, m, HEADS, d).transpose(1, 2), start)
+                cache[0, :, :, start:start + m] = self.rotate(
+                    k.view(b, m, KV_HEADS, d).transpose(1, 2), start)
+                cache[1, :, :, start:start + m] = v.view(b, m, KV_HEADS, d).transpose(1, 2)
+                a = F.scaled_dot_product_attention(
+                    q, cache[0, :, :, :start + m], cache[1, :, :, :start + m],
+                    is_causal=m > 1, enable_gqa=True)
+                x = x + F.linear(a.transpose(1, 2).reshape(b, m, WIDTH), o)
+                g, u = F.linear(F.rms_norm(x, (WIDTH,), n2, self.eps), gate_up).chunk(2, -1)
+                x = x + F.linear(F.silu(g) * u, down)
+            logits = F.linear(F.rms_norm(x[:, -1], (WIDTH,), self.norm, self.eps), self.head)
+            out[:, t] = logits.argmax(dim=-1)
+            start, step = start + m, out[:, t:t + 1]
+        return out
+
+
+def step_breakdown(model, ids, clock):
+    """Seconds per decoding step of ``model.generate``, per module kind, from forward hooks.
+
+    Returns ``({kind: seconds per step}, seconds per step in all)``; the hooks themselves
+    (two clock reads per module call) land in the loop's share.
+    """
+    spent, stack, handles = defaultdict(float), [], []
+
+    def watch(module, kind):
+        handles.append(module.register_forward_pre_hook(lambda *_: stack.append(clock())))
+        handles.append(module.register_forward_hook(
+            lambda *_: spent.__setitem__(kind, spent[kind] + clock() - stack.pop())))
+
+    watch(model.embed, EMBED)
+    for layer in model.layers:
+        watch(layer.norm1, NORMS)
+        watch(layer.norm2, NORMS)
+        watch(layer.attn, ATTENTION)
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            watch(getattr(layer.attn, proj), PROJECTIONS)
+        watch(layer.feed_forward, FEED_FORWARD)
+    watch(model.norm, FINAL_NORM)
+    watch(model.lm_head, HEAD)
+    start = clock()
+    model.generate(ids, NEW)
+    total = clock() - start
+    for handle in handles:
+        handle.remove()
+    spent[ATTENTION_REST] = spent[ATTENTION] - spent[PROJECTIONS]
+    spent[LOOP] = total - sum(spent[k] for k in (EMBED, NORMS, ATTENTION, FEED_FORWARD,
+                                                  FINAL_NORM, HEAD))
+    return {kind: spent[kind] / NEW for kind in BREAKDOWN}, total / NEW
+
+
+EMBED, NORMS, FINAL_NORM, HEAD = ("token embedding", "RMSNorm, 2 per layer",
+                                  "final RMSNorm", "lm_head")
+ATTENTION, FEED_FORWARD = "MultiHeadAttention, in all", "SwiGLU feed-forward"
+PROJECTIONS = "  of which q/k/v/out projections"
+ATTENTION_REST = "  of which the rest (rotary, cache, kernel, checks)"
+LOOP = "generate's loop (positions, slicing, argmax) + hooks"
+BREAKDOWN = [EMBED, NORMS, ATTENTION, PROJECTIONS, ATTENTION_REST, FEED_FORWARD, FINAL_NORM,
+             HEAD, LOOP]
+
+
+def operator_breakdown(model, ids, top=12):
+    """Self CPU microseconds per decoding step of the busiest torch operators (profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model.generate(ids, NEW)
+    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [(e.key, e.count / NEW, e.self_cpu_time_total / NEW) for e in rows[:top]]
+
+
+def cache_bytes_per_token(num_kv_heads, n=PROMPT + 8):
+    """KV-cache bytes per token measured from KVCache tensors, and the formula's value."""
+    torch.manual_seed(0)
+    model = mhsa.CausalLM(VOCAB, WIDTH, HEADS, FF, LAYERS, num_kv_heads=num_kv_heads).eval()
+    caches = [mhsa.KVCache() for _ in model.layers]
+    with torch.inference_mode():
+        x = model.embed(torch.randint(VOCAB, (1, n)))
+        for layer, cache in zip(model.layers, caches):
+            x = layer(x, cache=cache)
+    measured = sum(cache.nbytes for cache in caches) / n
+    head_dim = WIDTH // HEADS
+    formula = 2 * LAYERS * num_kv_heads * head_dim * torch.finfo(torch.float32).bits // 8
+    return measured, formula
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (best counts)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=CLOCKS, default="cpu")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    clock = CLOCKS[args.clock]
+    import transformers
+
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"Python {platform.python_version()}, {platform.machine()}, "
+          f"{args.threads} thread(s), clock {args.clock}")
+    print(f"model: {LAYERS} layers, width {WIDTH}, {HEADS} query heads, {KV_HEADS} KV heads, "
+          f"SwiGLU {FF}, vocab {VOCAB}; batch 1, prompt {PROMPT}, {NEW} new tokens, float32\n")
+
+    theirs = transformers_llama()
+    ours, bare = mhsa.CausalLM.from_hf_llama(theirs), BareLoop(theirs)
+    ids = torch.randint(VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    runs = {
+        "mhsa": lambda: ours.generate(ids, NEW),
+        "transformers": lambda: theirs.generate(ids, attention_mask=mask, do_sample=False,
+                                                max_new_tokens=NEW, min_new_tokens=NEW),
+        "bare torch": lambda: bare.generate(ids, NEW),
+    }
+    tokens = {name: run() for name, run in runs.items()}  # also the warm-up
+    for name, out in tokens.items():
+        if not torch.equal(out, tokens["transformers"]):
+            raise SystemExit(f"{name} generated other tokens than transformers")
+    print(f"tokens: all three equal ({NEW} new, {len(set(tokens['mhsa'][0, PROMPT:].tolist()))} "
+          "distinct)")
+
+    times = interleaved_times(runs, args.rounds, clock=clock)
+    best = {name: min(ts) for name, ts in times.items()}
+    print(f"\n{'generator':<14}{'best s':>9}{'median s':>10}{'tokens/s':>10}")
+    for name, ts in times.items():
+        print(f"{name:<14}{best[name]:>9.3f}{statistics.median(ts):>10.3f}"
+              f"{NEW / best[name]:>10.0f}")
+    for a, b in (("transformers", "mhsa"), ("mhsa", "bare torch")):
+        per_round = statistics.median(x / y for x, y in zip(times[a], times[b]))
+        print(f"{a} / {b}: {best[a] / best[b]:.2f} (best of {args.rounds}), "
+              f"{per_round:.2f} (median of per-round ratios)")
+    speedup = best["transformers"] / best["mhsa"]
+    print(f"target: mhsa >= 2x transformers' tokens/s: {'met' if speedup >= 2 else 'NOT met'} "
+          f"({speedup:.2f}x)")
+
+    spent, per_step = step_breakdown(ours, ids, clock)
+    print(f"\nwhere one mhsa decoding step goes (forward hooks, {per_step * 1e6:.0f} us per "
+          "step incl. the prompt and hook overhead):")
+    for kind, seconds in spent.items():
+        print(f"  {kind:<44}{seconds * 1e6:>8.0f} us  {seconds / per_step:>5.0%}")
+    print("\nbusiest torch operators per mhsa step (profiler, self CPU time):")
+    for key, calls, us in operator_breakdown(ours, ids):
+        print(f"  {key:<44}{calls:>6.1f} calls {us:>8.0f} us")
+
+    print("\nKV-cache bytes per token (float32, measured from KVCache.nbytes; formula "
+          "2 * layers * num_kv_heads * head_dim * bytes):")
+    for name, kv in (("multi-head", HEADS), ("grouped-query", KV_HEADS), ("multi-query", 1)):
+        measured, formula = cache_bytes_per_token(kv)
+        print(f"  {name:<14} num_kv_heads={kv}: measured {measured:>6.0f}, "
+              f"formula 2*{LAYERS}*{kv}*{WIDTH // HEADS}*4 = {formula}")
+
+
+if __name__ == "__main__":
+    main()
