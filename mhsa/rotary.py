@@ -4,8 +4,9 @@ Legend: b batch, n tokens, h heads, d head_dim, e embed_dim, i query positions, 
 positions. Masks are boolean, True = may attend.
 """
 
+import functools
+
 import torch
-from einops import rearrange
 
 from ._checks import check_tensor
 
@@ -77,8 +78,19 @@ def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
     checks: :func:`apply_rotary` checks its arguments before calling this.
     """
     work = torch.float64 if dtype == torch.float64 else torch.float32
-    k = torch.arange(0, d, 2, device=positions.device, dtype=work)
-    inv_freq = 1.0 / base ** (k / d)  # [d/2], theta_k as transformers computes it
-    angles = positions.to(work)[:, None] * inv_freq[None, :]  # [n, d/2]
-    angles = rearrange([angles, angles], "two n k -> n (two k)")  # [n, d]: halves repeat
+    inv_freq = _inverse_frequencies(d, float(base), work, positions.device)  # [d/2]
+    angles = positions.to(work)[:, None] * inv_freq  # [n, d/2]
+    angles = torch.cat([angles, angles], dim=-1)  # [n, d]: the halves repeat
     return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _inverse_frequencies(d: int, base: float, work: torch.dtype, device) -> torch.Tensor:
+    """``theta_k = base ** (-2k / d)`` for ``k < d/2``, as transformers computes it.
+
+    Kept per (d, base, dtype, device): a decoder calls :func:`apply_rotary` twice per layer
+    and per step with the same ones. Callers never modify the returned tensor.
+    """
+    with torch.inference_mode(False):  # a normal tensor, also when first made in inference mode
+        k = torch.arange(0, d, 2, device=device, dtype=work)
+        return 1.0 / base ** (k / d)
