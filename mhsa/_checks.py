@@ -1,8 +1,19 @@
-"""Input checks shared by the attention function and modules.
+"""Input checks shared by the package: one helper per kind of check.
 
 Each check raises before any computation, naming the argument, what it got and what it
-expected. ``assert`` is never used for user input (it vanishes under ``python -O``).
+expected. The same mistake always gets the same exception type:
+
+- a value of the wrong type (a float where an int is needed, a float tensor where integer
+  ids are needed, a mask that is not torch.bool): ``TypeError``;
+- a value of the right type out of range, or a tensor of the wrong rank or shape:
+  ``ValueError``.
+
+``assert`` is never used for user input (it vanishes under ``python -O``). No check reads
+a tensor's values: that would fail on ``meta`` tensors, synchronize with the device, and
+break ``torch.compile(fullgraph=True)``.
 """
+
+import operator
 
 import torch
 
@@ -14,20 +25,94 @@ def kind_of(x) -> str:
     return str(x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
 
 
+def check_int(name: str, n, *, minimum: int = 1) -> int:
+    """Return ``n`` as an int; ``TypeError`` unless an integer, ``ValueError`` below ``minimum``.
+
+    Python ints and anything with ``__index__`` (numpy and 0-d torch integers) pass;
+    ``bool`` and floats (even ``16.0``) are refused.
+    """
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"`{name}` must be an int, got {type(n).__name__} {n!r}")
+    n = operator.index(n)
+    if n < minimum:
+        kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"`{name}` must be {kind}, got {n}")
+    return n
+
+
+def check_positive_int(name: str, n) -> int:
+    """:func:`check_int` with ``minimum=1``: ``TypeError`` for a non-int, ``ValueError`` below 1."""
+    return check_int(name, n, minimum=1)
+
+
+def check_probability(name: str, p) -> float:
+    """Return ``p``; ``TypeError`` unless a real number, ``ValueError`` outside ``[0, 1)``."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise TypeError(f"`{name}` must be a float in [0, 1), got {type(p).__name__} {p!r}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"`{name}` must be in [0, 1), got {p}")
+    return float(p)
+
+
 def check_tensor(name: str, x, *, min_rank: int = 0) -> None:
-    """Raise ``TypeError`` unless ``x`` is a floating tensor of rank >= ``min_rank``."""
+    """``TypeError`` unless ``x`` is a floating tensor; ``ValueError`` if its rank < ``min_rank``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"`{name}` must be a floating-point tensor, got {x.dtype}")
-    if x.dim() < min_rank:
-        raise ValueError(
-            f"`{name}` must have at least {min_rank} dimensions, got shape {tuple(x.shape)}"
-        )
+    check_rank(name, x, min_rank=min_rank)
+
+
+def check_int_tensor(name: str, x, what: str = "an integer tensor") -> None:
+    """``TypeError`` unless ``x`` is a tensor of an integer dtype (bool is not an integer)."""
+    if not isinstance(x, torch.Tensor) or x.is_floating_point() or x.is_complex() \
+            or x.dtype == torch.bool:
+        raise TypeError(f"`{name}` must be {what}, got {kind_of(x)}")
+
+
+def check_rank(name: str, x, *, rank: int | None = None, min_rank: int = 0,
+               layout: str | None = None) -> None:
+    """``ValueError`` unless ``x.dim() == rank`` (when given) and ``x.dim() >= min_rank``.
+
+    ``layout`` names the dimensions for the message, e.g. ``"[batch, n_q, embed_dim]"``.
+    """
+    if (rank is not None and x.dim() != rank) or x.dim() < min_rank:
+        expected = (f"{rank}-D" if rank is not None else f"at least {min_rank}-D") + \
+            (f" {layout}" if layout else "")
+        raise ValueError(f"`{name}` must be {expected}, got shape {tuple(x.shape)}")
+
+
+def check_shape(name: str, x, layout: tuple, last: int) -> None:
+    """Raise unless ``x`` is a floating tensor with ``len(layout)`` dims and last dim ``last``.
+
+    ``layout`` names the dimensions for the message, e.g. ``("batch", "n_q", "embed_dim")``.
+    """
+    check_tensor(name, x)
+    if x.dim() != len(layout) or x.shape[-1] != last:
+        expected = f"{len(layout)}-D [{', '.join(layout)}]"
+        if x.dim() == len(layout):
+            expected += f" with {layout[-1]}={last}"
+        raise ValueError(f"`{name}` must be {expected}, got shape {tuple(x.shape)}")
+
+
+def check_broadcast(name: str, x, target: tuple, what: str) -> None:
+    """``ValueError`` unless ``x`` broadcasts to ``target`` without making it larger.
+
+    Uses ``torch.broadcast_shapes``: every dimension of ``x``, aligned right, is 1 or equal
+    to ``target``'s, and ``x`` has at most ``len(target)`` dimensions.
+    """
+    target = tuple(target)
+    try:
+        ok = x.dim() <= len(target) and torch.broadcast_shapes(x.shape, target) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"`{name}` of shape {tuple(x.shape)} does not broadcast to {what} "
+                         f"{target}")
 
 
 def check_bool_mask(name: str, mask, target_shape: tuple) -> None:
-    """Raise unless ``mask`` is a bool tensor that broadcasts to ``target_shape``.
+    """``TypeError`` unless ``mask`` is torch.bool; ``ValueError`` unless it broadcasts to ``target_shape``.
 
     Broadcasting may only add or stretch size-1 dimensions of the mask; the mask may not
     make the result larger than ``target_shape`` (no silent broadcast of the data).
@@ -44,38 +129,10 @@ def check_bool_mask(name: str, mask, target_shape: tuple) -> None:
             "`mhsa.mask_from_additive(mask)`, or a torch.nn.MultiheadAttention mask "
             "(True = ignore) with `mhsa.mask_from_torch_mha(mask)`"
         )
-    target = tuple(target_shape)
-    # right-aligned, each mask dimension is 1 or equal to the target's (plain Python: cheap)
-    ok = mask.dim() <= len(target) and all(
-        m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target))
-    )
-    if not ok:
-        raise ValueError(
-            f"`{name}` of shape {tuple(mask.shape)} does not broadcast to the attention "
-            f"scores' shape {target} ([..., n_q, n_k])"
-        )
-
-
-def check_positive_int(name: str, n) -> None:
-    """Raise ``ValueError`` unless ``n`` is an ``int >= 1`` (``bool`` is refused)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"`{name}` must be a positive int, got {n!r}")
+    check_broadcast(name, mask, target_shape, "the attention scores' shape [..., n_q, n_k]")
 
 
 def check_divisible(name: str, n: int, divisor_name: str, divisor: int) -> None:
-    """Raise ``ValueError`` unless ``divisor`` divides ``n`` (e.g. a width into heads)."""
+    """``ValueError`` unless ``divisor`` divides ``n`` (e.g. a width into heads)."""
     if n % divisor:
         raise ValueError(f"`{name}` ({n}) must be divisible by `{divisor_name}` ({divisor})")
-
-
-def check_shape(name: str, x, layout: tuple, last: int) -> None:
-    """Raise unless ``x`` is a floating tensor with ``len(layout)`` dims and last dim ``last``.
-
-    ``layout`` names the dimensions for the message, e.g. ``("batch", "n_q", "embed_dim")``.
-    """
-    check_tensor(name, x)
-    if x.dim() != len(layout) or x.shape[-1] != last:
-        expected = f"{len(layout)}-D [{', '.join(layout)}]"
-        if x.dim() == len(layout):
-            expected += f" with {layout[-1]}={last}"
-        raise ValueError(f"`{name}` must be {expected}, got shape {tuple(x.shape)}")

@@ -8,10 +8,11 @@ Masks are boolean, True = may attend.
 import math
 
 import torch
+import torch.nn.functional as F
 from einops import einsum
 
-from ._checks import check_bool_mask, check_tensor
-from .masks import causal_mask
+from ._checks import check_bool_mask, check_probability, check_tensor
+from .masks import causal_mask, sliding_window_mask
 
 
 def scaled_dot_product_attention(
@@ -71,8 +72,7 @@ def scaled_dot_product_attention(
     (scaled dot-product attention) and 3.2.3 (masking).
     """
     mask = prepare_mask(query, key, value, attn_mask, is_causal=is_causal)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"`dropout_p` must be in [0, 1), got {dropout_p}")
+    check_probability("dropout_p", dropout_p)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
 
@@ -120,15 +120,44 @@ def prepare_mask(query, key, value, attn_mask=None, *, is_causal=False):
     n_q, n_k = query.shape[-2], key.shape[-2]
     if attn_mask is not None:
         check_bool_mask("attn_mask", attn_mask, (*query.shape[:-2], n_q, n_k))
-        if attn_mask.device != query.device:
-            raise ValueError(
-                f"`attn_mask` is on {attn_mask.device} but `query` is on {query.device}; "
-                "build the mask on the same device"
-            )
-    if not is_causal:
-        return attn_mask
-    causal = causal_mask(n_q, n_k, device=query.device)
-    return causal if attn_mask is None else attn_mask & causal
+        check_same_device("attn_mask", attn_mask, query)
+    mask, square = combine_masks(attn_mask, n_q, n_k, is_causal=is_causal, device=query.device)
+    return causal_mask(n_q, n_k, device=query.device) if square else mask
+
+
+def combine_masks(attn_mask, n_q: int, n_k: int, *, is_causal: bool = False,
+                  window: int | None = None, device=None):
+    """``attn_mask`` AND the causal (or sliding-window) mask, built only when it masks something.
+
+    Returns ``(mask, square_causal)``. ``mask`` is None when nothing is masked, else a
+    torch.bool tensor of rank >= 2 (a rank-0 or rank-1 ``attn_mask`` gets leading 1s, so
+    every path reads it the same way) broadcastable to ``[..., n_q, n_k]``.
+    ``square_causal`` is True when the only mask is causal with ``n_q == n_k``: then
+    ``mask`` is None and the caller passes ``is_causal=True`` to torch's kernel, whose
+    top-left alignment equals ours there, and no ``[n_q, n_k]`` tensor is built.
+
+    No mask is built either when one query sees every key: causal with ``n_q == 1``, or a
+    window with ``n_q == 1`` and ``n_k <= window`` (a decoding step). No checks: callers
+    check ``attn_mask`` first.
+    """
+    if attn_mask is not None and attn_mask.dim() < 2:
+        attn_mask = attn_mask.reshape((1,) * (2 - attn_mask.dim()) + tuple(attn_mask.shape))
+    if not is_causal or (n_q == 1 and (window is None or n_k <= window)):
+        return attn_mask, False
+    if window is None or window >= n_k:
+        if attn_mask is None and n_q == n_k:
+            return None, True
+        structural = causal_mask(n_q, n_k, device=device)
+    else:
+        structural = sliding_window_mask(n_q, n_k, window=window, device=device)
+    return (structural if attn_mask is None else attn_mask & structural), False
+
+
+def check_same_device(name: str, mask: torch.Tensor, query: torch.Tensor) -> None:
+    """``ValueError`` unless ``mask`` is on ``query``'s device."""
+    if mask.device != query.device:
+        raise ValueError(f"`{name}` is on {mask.device} but `query` is on {query.device}; "
+                         "build the mask on the same device")
 
 
 def softmax_safe(mask: torch.Tensor) -> torch.Tensor:
@@ -138,3 +167,39 @@ def softmax_safe(mask: torch.Tensor) -> torch.Tensor:
     caller then zeroes those rows' weights or outputs, so they contribute nothing.
     """
     return mask | ~mask.any(dim=-1, keepdim=True)
+
+
+# torch's CPU flash kernel reads every key block once per block of queries. From about 1024
+# queries and keys on, copying the heads to contiguous memory first makes it 3-6% faster;
+# below, the copies cost more than they save (measured: benchmarks/README.md).
+_CONTIGUOUS_FROM = 1024
+
+
+def fused_attention(query, key, value, mask=None, *, is_causal=False, dropout_p=0.0,
+                    enable_gqa=False):
+    """torch's fused ``F.scaled_dot_product_attention`` under mhsa's mask rules. No checks.
+
+    The fast twin of :func:`scaled_dot_product_attention`: the same output for the same
+    inputs, without the weights. ``mask`` comes from :func:`combine_masks` (torch.bool,
+    True = may attend, rank >= 2, or None); ``is_causal`` only for its ``square_causal``
+    case. ``enable_gqa``: ``key`` and ``value`` have fewer heads than ``query``, and query
+    head ``h`` reads key/value head ``h // (h_q // h_kv)``; the kernel handles the grouping
+    without copying keys.
+
+    A query with no key to attend to (an all-False mask row, or ``n_k = 0``) gets a zero
+    output: torch's CPU kernels do this themselves since torch 2.5 (tested in
+    ``tests/test_attention.py``); on other devices its row is opened for softmax and then
+    zeroed, as in the explicit path.
+
+    Shapes: ``query`` ``[b, h, n_q, d]``, ``key``/``value`` ``[b, h_kv, n_k, d]`` -> ``[b, h, n_q, d]``.
+    """
+    n_q, n_k = query.shape[-2], key.shape[-2]
+    if query.device.type == "cpu" and min(n_q, n_k) >= _CONTIGUOUS_FROM:
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+    if mask is None or query.device.type in ("cpu", "meta"):
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
+                                              dropout_p=dropout_p, is_causal=is_causal,
+                                              enable_gqa=enable_gqa)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=softmax_safe(mask),
+                                         dropout_p=dropout_p, enable_gqa=enable_gqa)
+    return out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

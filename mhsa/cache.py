@@ -6,17 +6,17 @@ positions. Masks are boolean, True = may attend.
 
 import torch
 
-from ._checks import kind_of
+from ._checks import check_int, check_tensor
 
 
 class KVCache:
-    """Keys and values that a causal self-attention has computed so far, per head.
+    """Keys and values that a causal self-attention has computed so far, per key/value head.
 
     A decoder writes one token per step, and under the causal mask a token never sees
     later ones, so the keys and values of earlier tokens never change. Without a cache
     every step projects the whole prefix again: writing ``n`` tokens projects
     ``1 + 2 + ... + n`` of them. With one, each step projects only its new tokens,
-    appends their keys and values here, and attends over all of them.
+    writes their keys and values here, and attends over all of them.
 
     Use one cache per self-attention module and per batch of sequences::
 
@@ -27,64 +27,147 @@ class KVCache:
     :meth:`mhsa.MultiHeadAttention.forward` calls :meth:`update`; call :meth:`reset` (or
     make a new cache) to start other sequences.
 
+    Memory: a module with ``num_kv_heads`` key/value heads stores only those, so the cache
+    holds ``2 * batch * num_kv_heads * head_dim`` numbers per token (:attr:`nbytes` counts
+    them): grouped-query and multi-query attention shrink it by ``num_heads /
+    num_kv_heads``. Keys and values live in buffers allocated ahead and written in place;
+    when a buffer is full it is replaced by one twice the size needed (amortized O(1) per
+    token, no ``torch.cat`` per step). With a sliding ``window``, only the last
+    ``window - 1`` positions plus the new chunk are kept, so the memory stays bounded
+    however long the text.
+
+    Under autograd (new keys that require grad, grad mode on) the cache grows out of place
+    with ``torch.cat`` instead, so that gradients flow through every step.
+
     Attributes:
-        key: cached keys ``[batch, num_heads, n_cached, head_dim]``, or None while empty.
-        value: cached values ``[batch, num_heads, n_cached, head_dim]``, or None while empty.
+        key: cached keys ``[batch, num_kv_heads, n_kept, head_dim]`` (a view of the filled
+            part of the buffer), or None while empty. ``n_kept == len(self)`` without a
+            window; with one, ``n_kept <= window - 1 + n_new``.
+        value: cached values, same shape, or None while empty.
+        nbytes: bytes of the keys and values held (the filled part), 0 while empty.
 
     Source: the decoder of Vaswani et al. 2017, "Attention Is All You Need", section 3.2.3
     (a position attends to the positions up to and including itself), run incrementally;
-    Pope et al. 2022, "Efficiently Scaling Transformer Inference", for the cache's costs.
+    Pope et al. 2022, "Efficiently Scaling Transformer Inference", for the cache's costs;
+    Shazeer 2019, "Fast Transformer Decoding" and Ainslie et al. 2023, "GQA", section 2,
+    for fewer key/value heads; Beltagy et al. 2020 and Jiang et al. 2023, section 2
+    ("rolling buffer cache") for the window.
     """
 
     def __init__(self):
-        self.key: torch.Tensor | None = None
-        self.value: torch.Tensor | None = None
+        self._key: torch.Tensor | None = None  # buffers [b, h_kv, capacity, d]
+        self._value: torch.Tensor | None = None
+        self._start = self._end = 0  # the filled part is buffer[:, :, start:end]
+        self._seen = 0  # positions written so far
 
     def __len__(self) -> int:
-        """Number of cached token positions ``n_cached`` (0 while empty)."""
-        return 0 if self.key is None else self.key.shape[-2]
+        """Number of token positions written so far, ``n_cached`` (0 while empty).
 
-    def update(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append new keys and values; return every cached key and value.
+        It is the position of the next token, also with a window (which keeps fewer).
+        """
+        return self._seen
+
+    @property
+    def key(self) -> torch.Tensor | None:
+        return None if self._key is None else self._key[:, :, self._start:self._end]
+
+    @property
+    def value(self) -> torch.Tensor | None:
+        return None if self._value is None else self._value[:, :, self._start:self._end]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the keys and values held (the filled part, not the spare capacity)."""
+        if self._key is None:
+            return 0
+        b, h, _, d = self._key.shape
+        return 2 * b * h * (self._end - self._start) * d * self._key.element_size()
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, *,
+               window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write new keys and values after the cached ones; return the filled part.
 
         Args:
-            key: keys of the new tokens ``[batch, num_heads, n_new, head_dim]``, floating.
+            key: keys of the new tokens ``[batch, num_kv_heads, n_new, head_dim]``, floating.
             value: their values, same shape, dtype and device as ``key``.
+            window: a sliding window, ``int >= 1``: first drop every cached position but
+                the last ``window - 1`` (queries of the new chunk never see them), so the
+                cache stays bounded. None keeps everything.
 
         Returns:
-            ``(keys, values)``, each ``[batch, num_heads, n_cached + n_new, head_dim]``: the
-            earlier tokens first, the new ones last (positions ``n_cached`` onwards).
+            ``(keys, values)``, each ``[batch, num_kv_heads, n_kept + n_new, head_dim]``: the
+            kept earlier tokens first, the new ones last. Views of the cache's buffers:
+            valid until the next update.
 
         Raises:
             TypeError: ``key`` or ``value`` is not a floating tensor, their dtypes differ,
-                or differ from the cached ones.
+                or differ from the cached ones; ``window`` is not an int.
             ValueError: ``key`` is not 4-D, ``value`` has another shape, or batch, heads,
                 head_dim or device differ from what is cached (a cache serves one
-                attention module and one batch of sequences; :meth:`reset` it first).
+                attention module and one batch of sequences; :meth:`reset` it first);
+                ``window`` below 1.
         """
         self._check(key, value)
-        if self.key is not None:
-            key = torch.cat([self.key, key], dim=-2)  # [b, h, n_cached + n_new, d]
-            value = torch.cat([self.value, value], dim=-2)
-        self.key, self.value = key, value
-        return key, value
+        if window is not None:
+            window = check_int("window", window)
+            self._start = max(self._start, self._end - (window - 1))
+        n_new = key.shape[-2]
+        if torch.is_grad_enabled() and (key.requires_grad or value.requires_grad or (
+                self._key is not None and self._key.requires_grad)):
+            self._grow_out_of_place(key, value)  # autograd needs every step's tensors intact
+        else:
+            self._make_room(key, n_new)
+            self._key[:, :, self._end:self._end + n_new] = key
+            self._value[:, :, self._end:self._end + n_new] = value
+            self._end += n_new
+        self._seen += n_new
+        return self.key, self.value
 
     def reset(self) -> None:
-        """Empty the cache, to decode other sequences."""
-        self.key = self.value = None
+        """Empty the cache (and free its buffers), to decode other sequences."""
+        self.__init__()
 
     def __repr__(self) -> str:
-        shape = None if self.key is None else tuple(self.key.shape)
+        shape = None if self._key is None else tuple(self.key.shape)
         return f"KVCache(n_cached={len(self)}, key shape={shape})"
+
+    def _make_room(self, like: torch.Tensor, n_new: int) -> None:
+        """Make room for ``n_new`` positions after the filled part, in place when possible."""
+        kept, buffer = self._end - self._start, self._key
+        # an inference tensor (made under torch.inference_mode) is read-only outside it
+        writable = buffer is not None and not (
+            buffer.is_inference() and not torch.is_inference_mode_enabled())
+        if writable and self._end + n_new <= buffer.shape[2]:
+            return
+        needed = kept + n_new
+        if writable and 2 * needed <= buffer.shape[2]:
+            # a window left room at the front: move the kept part there (start >= kept, so
+            # source and destination do not overlap)
+            for x in (self._key, self._value):
+                x[:, :, :kept] = x[:, :, self._start:self._end]
+        else:  # allocate twice what is needed, copy the kept part
+            b, h, _, d = like.shape
+            capacity = max(2 * needed, 16)
+            fresh = [like.new_empty(b, h, capacity, d) for _ in range(2)]
+            if buffer is not None:
+                for new, old in zip(fresh, (self._key, self._value)):
+                    new[:, :, :kept] = old[:, :, self._start:self._end]
+            self._key, self._value = fresh
+        self._start, self._end = 0, kept
+
+    def _grow_out_of_place(self, key, value) -> None:
+        if self._key is not None:
+            key = torch.cat([self.key, key], dim=-2)  # [b, h_kv, n_kept + n_new, d]
+            value = torch.cat([self.value, value], dim=-2)
+        self._key, self._value = key, value
+        self._start, self._end = 0, key.shape[-2]
 
     def _check(self, key, value) -> None:
         for name, x in (("key", key), ("value", value)):
-            if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-                got = kind_of(x)
-                raise TypeError(f"`{name}` must be a floating-point tensor, got {got}")
+            check_tensor(name, x)
         if key.dim() != 4:
-            raise ValueError("`key` must be 4-D [batch, num_heads, n_new, head_dim], got shape "
-                             f"{tuple(key.shape)}")
+            raise ValueError("`key` must be 4-D [batch, num_kv_heads, n_new, head_dim], got "
+                             f"shape {tuple(key.shape)}")
         if value.shape != key.shape:
             raise ValueError(f"`value` must have the shape of `key` {tuple(key.shape)}, got "
                              f"{tuple(value.shape)}")
@@ -93,15 +176,15 @@ class KVCache:
                             f"{value.dtype}")
         if value.device != key.device:
             raise ValueError(f"`key` is on {key.device} but `value` on {value.device}")
-        if self.key is None:
+        if self._key is None:
             return
-        b, h, _, d = self.key.shape
+        b, h, _, d = self._key.shape
         if (key.shape[0], key.shape[1], key.shape[3]) != (b, h, d):
             raise ValueError(
                 f"new keys {tuple(key.shape)} do not continue the cache's [{b}, {h}, "
-                f"n_cached={len(self)}, {d}]: batch, num_heads and head_dim must match "
+                f"n_cached={len(self)}, {d}]: batch, num_kv_heads and head_dim must match "
                 "(one cache per attention module and batch; call reset() to start over)")
-        if key.dtype != self.key.dtype:
-            raise TypeError(f"new keys are {key.dtype}, the cache holds {self.key.dtype}")
-        if key.device != self.key.device:
-            raise ValueError(f"new keys are on {key.device}, the cache is on {self.key.device}")
+        if key.dtype != self._key.dtype:
+            raise TypeError(f"new keys are {key.dtype}, the cache holds {self._key.dtype}")
+        if key.device != self._key.device:
+            raise ValueError(f"new keys are on {key.device}, the cache is on {self._key.device}")

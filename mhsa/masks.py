@@ -6,11 +6,10 @@ uses the same polarity; ``torch.nn.MultiheadAttention`` uses the opposite one
 (True = ignore), and additive float masks use 0 / -inf. The converters below translate.
 """
 
-import operator
-
 import torch
+import torch.compiler
 
-from ._checks import MASK_CONVENTION, kind_of
+from ._checks import MASK_CONVENTION, check_int, check_int_tensor, check_rank, kind_of
 
 
 def causal_mask(n_q: int, n_k: int | None = None, *, device=None) -> torch.Tensor:
@@ -29,8 +28,8 @@ def causal_mask(n_q: int, n_k: int | None = None, *, device=None) -> torch.Tenso
     them zero weights and a zero output (see ``scaled_dot_product_attention``).
 
     Args:
-        n_q: number of queries (rows), ``int >= 1``.
-        n_k: number of keys (columns), ``int >= 1``; defaults to ``n_q``.
+        n_q: number of queries (rows), ``int >= 0``.
+        n_k: number of keys (columns), ``int >= 0``; defaults to ``n_q``.
         device: where to build the mask.
 
     Returns:
@@ -38,12 +37,12 @@ def causal_mask(n_q: int, n_k: int | None = None, *, device=None) -> torch.Tenso
 
     Raises:
         TypeError: ``n_q`` or ``n_k`` is not an integer.
-        ValueError: ``n_q`` or ``n_k`` is below 1.
+        ValueError: ``n_q`` or ``n_k`` is negative.
 
     Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.2.3.
     """
-    n_q = _positive_int("n_q", n_q)
-    n_k = n_q if n_k is None else _positive_int("n_k", n_k)
+    n_q = check_int("n_q", n_q, minimum=0)
+    n_k = n_q if n_k is None else check_int("n_k", n_k, minimum=0)
     i = torch.arange(n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
     return j <= i + (n_k - n_q)
@@ -69,8 +68,8 @@ def sliding_window_mask(n_q: int, n_k: int | None = None, *, window: int,
     Stacked layers widen what a position can reach by ``window - 1`` per layer.
 
     Args:
-        n_q: number of queries (rows), ``int >= 1``.
-        n_k: number of keys (columns), ``int >= 1``; defaults to ``n_q``.
+        n_q: number of queries (rows), ``int >= 0``.
+        n_k: number of keys (columns), ``int >= 0``; defaults to ``n_q``.
         window: how many keys each query sees at most, ``int >= 1``.
         device: where to build the mask.
 
@@ -79,14 +78,14 @@ def sliding_window_mask(n_q: int, n_k: int | None = None, *, window: int,
 
     Raises:
         TypeError: ``n_q``, ``n_k`` or ``window`` is not an integer.
-        ValueError: ``n_q``, ``n_k`` or ``window`` is below 1.
+        ValueError: ``n_q`` or ``n_k`` is negative, or ``window`` is below 1.
 
     Source: Beltagy et al. 2020, "Longformer", section 3.1 (sliding window); Jiang et al.
     2023, "Mistral 7B", section 2 (sliding window attention).
     """
-    n_q = _positive_int("n_q", n_q)
-    n_k = n_q if n_k is None else _positive_int("n_k", n_k)
-    window = _positive_int("window", window)
+    n_q = check_int("n_q", n_q, minimum=0)
+    n_k = n_q if n_k is None else check_int("n_k", n_k, minimum=0)
+    window = check_int("window", window)
     i = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)  # each query's key position
     j = torch.arange(n_k, device=device)[None, :]
     return (j <= i) & (j > i - window)
@@ -110,18 +109,19 @@ def padding_mask(lengths, n_tokens: int) -> torch.Tensor:
     Raises:
         TypeError: ``lengths`` is not integer, or ``n_tokens`` is not an int.
         ValueError: ``lengths`` is not 1-D, a length is outside ``[0, n_tokens]``, or
-            ``n_tokens`` is negative.
+            ``n_tokens`` is negative. The lengths' values are checked only where they can
+            be read: not on ``meta`` tensors and not while ``torch.compile`` traces (a
+            value check would synchronize with the device and break the graph).
 
     Source: Vaswani et al. 2017, section 3.2.3 (masking); padding is standard batching.
     """
-    n_tokens = _positive_int("n_tokens", n_tokens, minimum=0)
+    n_tokens = check_int("n_tokens", n_tokens, minimum=0)
     if not isinstance(lengths, torch.Tensor):
         lengths = torch.as_tensor(lengths, dtype=torch.long if len(lengths) == 0 else None)
-    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
-        raise TypeError(f"`lengths` must hold integers, got {lengths.dtype}")
-    if lengths.dim() != 1:
-        raise ValueError(f"`lengths` must be 1-D [batch], got shape {tuple(lengths.shape)}")
-    if len(lengths) and (lengths.min() < 0 or lengths.max() > n_tokens):
+    check_int_tensor("lengths", lengths, "an integer tensor [batch]")
+    check_rank("lengths", lengths, rank=1, layout="[batch]")
+    if _values_readable(lengths) and len(lengths) \
+            and (lengths.min() < 0 or lengths.max() > n_tokens):
         raise ValueError(
             f"`lengths` must lie in [0, n_tokens={n_tokens}], got {lengths.tolist()}"
         )
@@ -143,16 +143,10 @@ def padding_mask_from_ids(token_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
         TypeError: ``token_ids`` is not an integer tensor, or ``pad_id`` is not an int.
         ValueError: ``token_ids`` is not 2-D.
     """
-    if not isinstance(token_ids, torch.Tensor) or token_ids.is_floating_point() \
-            or token_ids.is_complex() or token_ids.dtype == torch.bool:
-        got = kind_of(token_ids)
-        raise TypeError(f"`token_ids` must be an integer tensor [batch, n_tokens], got {got}")
+    check_int_tensor("token_ids", token_ids, "an integer tensor [batch, n_tokens]")
     if isinstance(pad_id, bool) or not isinstance(pad_id, int):
         raise TypeError(f"`pad_id` must be an int, got {type(pad_id).__name__}")
-    if token_ids.dim() != 2:
-        raise ValueError(
-            f"`token_ids` must be [batch, n_tokens], got shape {tuple(token_ids.shape)}"
-        )
+    check_rank("token_ids", token_ids, rank=2, layout="[batch, n_tokens]")
     return (token_ids != pad_id)[:, None, None, :]
 
 
@@ -240,14 +234,15 @@ def mask_from_additive(mask: torch.Tensor) -> torch.Tensor:
     Raises:
         TypeError: ``mask`` is not a floating tensor.
         ValueError: it holds values other than 0 and large negatives (<= -1e4): that is
-            a bias added to the scores, not a mask.
+            a bias added to the scores, not a mask (checked where values can be read: not
+            on ``meta`` tensors, not while ``torch.compile`` traces).
     """
     if not isinstance(mask, torch.Tensor) or not mask.is_floating_point():
         got = kind_of(mask)
         raise TypeError(f"`mask` must be an additive float mask (0 = keep, -inf = block), got {got}")
     keep = mask == 0
     block = mask <= -1e4
-    if not bool((keep | block).all()):
+    if _values_readable(mask) and not bool((keep | block).all()):
         raise ValueError(
             "`mask` holds values other than 0 and large negatives (<= -1e4); "
             "that is a score bias, not a mask"
@@ -279,14 +274,9 @@ def mask_to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
     return zeros.masked_fill(~mask, float("-inf"))
 
 
-def _positive_int(name: str, n, minimum: int = 1) -> int:
-    if isinstance(n, bool) or not hasattr(n, "__index__"):
-        raise TypeError(f"`{name}` must be an int, got {type(n).__name__} {n!r}")
-    n = operator.index(n)
-    if n < minimum:
-        kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
-        raise ValueError(f"`{name}` must be {kind}, got {n}")
-    return n
+def _values_readable(x: torch.Tensor) -> bool:
+    """Whether a check may read ``x``'s values: not on ``meta``, not while compiling."""
+    return x.device.type != "meta" and not torch.compiler.is_compiling()
 
 
 def _require_bool(mask) -> None:

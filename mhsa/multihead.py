@@ -1,18 +1,22 @@
 """Multi-head attention as an ``nn.Module``: project, split into heads, attend, merge, project.
 
 Legend (used in every einops pattern of the package): b batch, n tokens, h heads,
-d head_dim, e embed_dim, i query positions, j key positions. ``qkv_dim = h * d``.
+d head_dim, e embed_dim, i query positions, j key positions; g key/value heads
+(``num_kv_heads``) and r query heads per key/value head (``h = g * r``). ``qkv_dim = h * d``.
 Heads are split with ``"b n (h d) -> b h n d"`` and merged with its reverse,
 ``"b h n d -> b n (h d)"``. Masks are boolean, True = may attend.
 """
 
 import torch
-import torch.nn.functional as F
-from einops import rearrange
+from einops import rearrange, repeat
 from torch import nn
 
-from ._checks import check_bool_mask, check_divisible, check_positive_int, check_shape
-from .attention import prepare_mask, scaled_dot_product_attention, softmax_safe
+from ._checks import (check_bool_mask, check_divisible, check_int, check_positive_int,
+                      check_probability, check_shape)
+from .attention import (check_same_device, combine_masks, fused_attention,
+                        scaled_dot_product_attention)
+from .conversion import mha_from_torch, mha_to_torch
+from .rotary import apply_rotary
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -25,144 +29,231 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return rearrange(x, "b h n d -> b n (h d)")
 
 
+def repeat_kv_heads(x: torch.Tensor, queries_per_kv_head: int) -> torch.Tensor:
+    """``[b, g, n, d] -> [b, g*r, n, d]``: query head ``h`` gets key/value head ``h // r``.
+
+    The grouping of ``F.scaled_dot_product_attention(..., enable_gqa=True)``, written out
+    (a copy); the fused path hands it to the kernel instead.
+    """
+    return repeat(x, "b g n d -> b (g r) n d", r=queries_per_kv_head)
+
+
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention, batch first: ``out_proj(concat(head_1, ..., head_h))``.
 
     Each head attends with its own slice of the projected queries, keys and values::
 
-        head_h = softmax(Q_h K_h^T / sqrt(head_dim)) V_h,   Q = query @ W_q^T + b_q, ...
+        head_h = softmax(Q_h K_g^T / sqrt(head_dim)) V_g,   g = h // (num_heads // num_kv_heads)
 
-    The steps of the tensor recipe, with ``d = head_dim = qkv_dim // num_heads``:
+    The steps of the tensor recipe (chapter 3), with ``d = head_dim = qkv_dim // num_heads``:
     project ``[b, n, e] -> [b, n, h*d]``, split ``"b n (h d) -> b h n d"``, attend per
     head ``[b, h, n_q, d]``, merge ``"b h n d -> b n (h d)"``, project back to ``e``.
 
+    Key/value heads: with ``num_kv_heads = g < num_heads``, keys and values have only ``g``
+    heads, each shared by ``r = num_heads // g`` consecutive query heads: grouped-query
+    attention (``1 < g < h``), multi-query attention (``g = 1``). The projections and the
+    :class:`mhsa.KVCache` shrink by ``h / g``; the queries keep every head.
+
     Args:
         embed_dim: width ``e`` of the query and of the output.
-        num_heads: number of heads ``h``; must divide ``qkv_dim``.
-        qkv_dim: width ``h * d`` of the projected queries, keys and values
-            (default ``embed_dim``, as in ``torch.nn.MultiheadAttention``).
+        num_heads: number of query heads ``h``; must divide ``qkv_dim``.
+        num_kv_heads: number of key/value heads ``g``; must divide ``num_heads``. Default
+            ``num_heads`` (multi-head), 1 is multi-query, in between grouped-query.
+        qkv_dim: width ``h * d`` of the projected queries
+            (default ``embed_dim``, as in ``torch.nn.MultiheadAttention``); keys and values
+            are ``g * d`` wide.
         dropout: probability of zeroing an attention weight, in ``[0, 1)``; training mode
             only (``eval()`` is deterministic).
         bias: add a learnable bias to the four projections.
         kdim: width of ``key`` (default ``embed_dim``).
         vdim: width of ``value`` (default ``embed_dim``).
+        rope_base: rotary position embeddings with this base ``theta`` (transformers'
+            ``rope_theta``; 10000.0 in RoFormer and Llama 2), or None for none. Queries and
+            keys are rotated with :func:`mhsa.apply_rotary` after the head split and before
+            the cache stores the keys. Self-attention only: a call with ``key`` raises
+            ``ValueError`` (a query and a key from different sequences have no common
+            position origin). ``head_dim`` must be even.
+        window: sliding-window causal attention, ``int >= 1``: each query sees itself and
+            the ``window - 1`` keys before it (:func:`mhsa.sliding_window_mask`), or None
+            for plain causal attention. It applies whenever attention is causal
+            (``is_causal=True`` or a ``cache``); a call that is neither raises
+            ``ValueError``, since a window without causality is not what the module was
+            built for. A cache then keeps only the last ``window - 1`` positions.
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
-        q_proj, k_proj, v_proj: ``nn.Linear`` from ``embed_dim``/``kdim``/``vdim`` to ``qkv_dim``.
+        q_proj: ``nn.Linear`` from ``embed_dim`` to ``qkv_dim = h * d``.
+        k_proj, v_proj: ``nn.Linear`` from ``kdim``/``vdim`` to ``g * d``.
         out_proj: ``nn.Linear`` from ``qkv_dim`` to ``embed_dim``.
-        embed_dim, num_heads, qkv_dim, head_dim, kdim, vdim, dropout: as above.
+        embed_dim, num_heads, num_kv_heads, qkv_dim, head_dim, kdim, vdim, dropout,
+        rope_base, window: as above.
 
     Shape:
-        - query: ``[batch, n_q, embed_dim]``; key: ``[batch, n_k, kdim]``;
-          value: ``[batch, n_k, vdim]``.
-        - attn_mask: torch.bool, broadcastable to ``[batch, num_heads, n_q, n_k]``,
+        - query: ``[b, n_q, e]``; key: ``[b, n_k, kdim]``; value: ``[b, n_k, vdim]``.
+        - attn_mask: torch.bool, broadcastable to ``[b, h, n_q, n_k]``,
           True = may attend (``torch.nn.MultiheadAttention``: True = ignore).
-        - output: ``[batch, n_q, embed_dim]``; weights: ``[batch, num_heads, n_q, n_k]``.
+        - output: ``[b, n_q, e]``; weights: ``[b, h, n_q, n_k]`` (per query head).
 
     Raises:
-        ValueError: at construction, a size that is not a positive int, ``qkv_dim`` not
-            divisible by ``num_heads`` (e.g. "`qkv_dim` (30) must be divisible by
-            `num_heads` (4)"), or ``dropout`` outside ``[0, 1)``.
+        TypeError: at construction, a size that is not an int (``16.0`` included),
+            ``dropout`` or ``rope_base`` not a number.
+        ValueError: at construction, a size below 1, ``qkv_dim`` not divisible by
+            ``num_heads`` (e.g. "`qkv_dim` (30) must be divisible by `num_heads` (4)"),
+            ``num_heads`` not divisible by ``num_kv_heads``, ``dropout`` outside
+            ``[0, 1)``, ``rope_base <= 0`` or an odd ``head_dim`` with ``rope_base``.
 
     Example::
 
-        >>> mha = MultiHeadAttention(256, 8)  # 8 heads of head_dim 32
+        >>> mha = MultiHeadAttention(256, 8, num_kv_heads=2)  # 8 query heads, 2 key/value
         >>> x = torch.randn(2, 10, 256)
         >>> out, weights = mha(x, need_weights=True)
-        >>> tuple(out.shape), tuple(weights.shape)
-        ((2, 10, 256), (2, 8, 10, 10))
+        >>> tuple(out.shape), tuple(weights.shape), mha.k_proj.out_features
+        ((2, 10, 256), (2, 8, 10, 10), 64)
 
-    Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.2.2
-    (multi-head attention).
+    Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.2.2 (multi-head
+    attention); Shazeer 2019, "Fast Transformer Decoding: One Write-Head is All You Need"
+    (multi-query); Ainslie et al. 2023, "GQA", section 2 (grouped-query); Su et al. 2021,
+    "RoFormer" (rotary positions); Beltagy et al. 2020, "Longformer", section 3.1, and
+    Jiang et al. 2023, "Mistral 7B", section 2 (sliding window).
     """
 
-    def __init__(self, embed_dim, num_heads, *, qkv_dim=None, dropout=0.0, bias=True,
-                 kdim=None, vdim=None, device=None, dtype=None):
+    def __init__(self, embed_dim, num_heads, *, num_kv_heads=None, qkv_dim=None, dropout=0.0,
+                 bias=True, kdim=None, vdim=None, rope_base=None, window=None, device=None,
+                 dtype=None):
         super().__init__()
+        check_positive_int("embed_dim", embed_dim)
+        check_positive_int("num_heads", num_heads)
         qkv_dim = embed_dim if qkv_dim is None else qkv_dim
         kdim = embed_dim if kdim is None else kdim
         vdim = embed_dim if vdim is None else vdim
-        for name, n in [("embed_dim", embed_dim), ("num_heads", num_heads),
-                        ("qkv_dim", qkv_dim), ("kdim", kdim), ("vdim", vdim)]:
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        for name, n in [("qkv_dim", qkv_dim), ("kdim", kdim), ("vdim", vdim),
+                        ("num_kv_heads", num_kv_heads)]:
             check_positive_int(name, n)
         width_name = "embed_dim" if qkv_dim == embed_dim else "qkv_dim"
         check_divisible(width_name, qkv_dim, "num_heads", num_heads)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1), got {dropout}")
+        check_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads)
+        self.dropout = check_probability("dropout", dropout)
         self.embed_dim, self.num_heads, self.qkv_dim = embed_dim, num_heads, qkv_dim
-        self.head_dim = qkv_dim // num_heads
-        self.kdim, self.vdim, self.dropout = kdim, vdim, dropout
+        self.num_kv_heads, self.head_dim = num_kv_heads, qkv_dim // num_heads
+        self.kdim, self.vdim = kdim, vdim
+        self.rope_base = _check_rope_base(rope_base, self.head_dim)
+        self.window = None if window is None else check_int("window", window)
+        kv_dim = num_kv_heads * self.head_dim
         kw = {"bias": bias, "device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, qkv_dim, **kw)  # e -> h*d
-        self.k_proj = nn.Linear(kdim, qkv_dim, **kw)  # kdim -> h*d
-        self.v_proj = nn.Linear(vdim, qkv_dim, **kw)  # vdim -> h*d
+        self.k_proj = nn.Linear(kdim, kv_dim, **kw)  # kdim -> g*d
+        self.v_proj = nn.Linear(vdim, kv_dim, **kw)  # vdim -> g*d
         self.out_proj = nn.Linear(qkv_dim, embed_dim, **kw)  # h*d -> e
+        self._record = None  # (dict, name) while inside mhsa.record_attention
 
     def forward(self, query, key=None, value=None, *, attn_mask=None, is_causal=False,
-                need_weights=False, cache=None):
+                need_weights=False, cache=None, positions=None):
         r"""Attend from ``query`` to ``key``/``value``; self-attention when ``key`` is None.
 
         Args:
-            query: ``[batch, n_q, embed_dim]``, floating, the module's dtype.
-            key: ``[batch, n_k, kdim]``; ``None`` means self-attention (key = value = query).
-            value: ``[batch, n_k, vdim]``; ``None`` means ``value = key``.
-            attn_mask: optional torch.bool mask broadcastable to
-                ``[batch, num_heads, n_q, n_k]``; **True = may attend** (as in
+            query: ``[b, n_q, e]``, floating, the module's dtype.
+            key: ``[b, n_k, kdim]``; ``None`` means self-attention (key = value = query).
+            value: ``[b, n_k, vdim]``; ``None`` means ``value = key``.
+            attn_mask: optional torch.bool mask broadcastable to ``[b, h, n_q, n_k]``;
+                **True = may attend** (as in
                 ``torch.nn.functional.scaled_dot_product_attention``;
                 ``torch.nn.MultiheadAttention`` uses the opposite, True = ignore; convert
-                with :func:`mhsa.mask_from_torch_mha`). A padding mask is ``[batch, 1, 1, n_k]``.
+                with :func:`mhsa.mask_from_torch_mha`). A padding mask is ``[b, 1, 1, n_k]``.
+                Any rank from 0 to 4 broadcasts, aligned right.
             is_causal: also apply the causal mask aligned bottom-right (query ``i`` sees key
-                ``j`` when ``j <= i + n_k - n_q``, see :func:`mhsa.causal_mask`), combined
-                with ``attn_mask`` by logical AND.
+                ``j`` when ``j <= i + n_k - n_q``, see :func:`mhsa.causal_mask`), or the
+                sliding window when the module has one, combined with ``attn_mask`` by
+                logical AND.
             need_weights: return the per-head attention weights. ``False`` runs torch's fused
                 ``scaled_dot_product_attention``; ``True`` runs the explicit
                 :func:`mhsa.scaled_dot_product_attention`. Same output (float32, 1e-5).
             cache: a :class:`mhsa.KVCache`, to decode step by step (self-attention only):
-                the keys and values of ``query`` are appended to it, and the ``n_q`` new
-                queries attend over all ``n_k = n_cached + n_q`` cached keys, causally
-                aligned bottom-right whatever ``is_causal`` says. ``attn_mask`` then
-                broadcasts to ``[batch, num_heads, n_q, n_k]``.
+                the keys and values of ``query`` are written to it, and the ``n_q`` new
+                queries attend over the ``n_k`` cached keys, causally aligned bottom-right
+                whatever ``is_causal`` says. ``attn_mask`` then broadcasts to
+                ``[b, h, n_q, len(cache) + n_q]`` (every position so far; with a window
+                only its last ``n_k`` columns are used).
+            positions: with ``rope_base``, the positions of the ``n_q`` queries (and of
+                their keys), an integer tensor ``[n_q]``; default ``len(cache) + arange(n_q)``
+                (``arange(n_q)`` without a cache). Without ``rope_base`` it must be None.
 
         Returns:
-            ``(output, weights)``: ``output`` ``[batch, n_q, embed_dim]``; ``weights``
-            ``[batch, num_heads, n_q, n_k]`` (per head, never averaged; before dropout)
-            when ``need_weights`` else ``None``. A query that may attend to no key gets
-            zero weights and a zero attention output, so its ``output`` row is
-            ``out_proj.bias`` (zero without bias); no NaN, finite gradients.
+            ``(output, weights)``: ``output`` ``[b, n_q, e]``; ``weights``
+            ``[b, h, n_q, n_k]`` (per query head, never averaged; before dropout) when
+            ``need_weights`` else ``None``. A query that may attend to no key (``n_k = 0``
+            included) gets zero weights and a zero attention output, so its ``output`` row
+            is ``out_proj.bias`` (zero without bias); no NaN, finite gradients. An empty
+            input (``b = 0`` or ``n_q = 0``) gives an empty output.
 
         Raises:
-            TypeError: an input is not a floating tensor of the module's dtype, or
-                ``attn_mask`` is not torch.bool.
+            TypeError: an input is not a floating tensor of the module's dtype,
+                ``attn_mask`` is not torch.bool, or ``positions`` is not an integer tensor.
             ValueError: an input is not 3-D or has the wrong last dimension (``query``:
                 embed_dim, ``key``: kdim, ``value``: vdim); batch sizes differ; ``key`` and
                 ``value`` lengths differ; ``attn_mask`` does not broadcast to
-                ``[batch, num_heads, n_q, n_k]``; ``cache`` given with ``key`` or ``value``,
-                or holding keys of another batch size, head count or head_dim (see
-                :meth:`mhsa.KVCache.update`).
+                ``[b, h, n_q, n_k]`` or is on another device; ``cache`` given with ``key``
+                or ``value``, or holding keys of another batch size, head count or head_dim
+                (see :meth:`mhsa.KVCache.update`); ``key`` given with ``rope_base``;
+                ``positions`` given without ``rope_base`` or not ``[n_q]``; a ``window``
+                with neither ``is_causal`` nor ``cache``.
         """
-        if cache is not None and (key is not None or value is not None):
+        self_attention = key is None and value is None
+        if cache is not None and not self_attention:
             raise ValueError("`cache` serves self-attention: call with key=None and value=None "
                              "(cross-attention keys come from a memory that does not grow)")
         key = query if key is None else key
         value = key if value is None else value
-        self._check_inputs(query, key, value)
-        h, p = self.num_heads, (self.dropout if self.training else 0.0)
-        q = split_heads(self.q_proj(query), h)  # [b, h, n_q, d]
-        k = split_heads(self.k_proj(key), h)  # [b, h, n_k, d]
-        v = split_heads(self.v_proj(value), h)  # [b, h, n_k, d]
-        if cache is not None:  # decoding: the new queries see every key so far, causally
-            _check_cached_mask(attn_mask, q, len(cache))  # before the cache grows
-            k, v = cache.update(k, v)  # [b, h, n_cached + n_q, d]
+        self._check_inputs(query, key, value, self_attention, is_causal or cache is not None,
+                           positions)
+        n_cached = 0 if cache is None else len(cache)
+        b, n_q = query.shape[:2]
+        if attn_mask is not None:
+            n_k = n_cached + key.shape[1]
+            check_bool_mask("attn_mask", attn_mask, (b, self.num_heads, n_q, n_k))
+            check_same_device("attn_mask", attn_mask, query)
+        record = self._record  # inside mhsa.record_attention: (dict, name)
+        # steps 1-2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
+        # values: g*d)
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        # steps 3-4: split the heads, "b n (h d) -> b h n d"
+        q = rearrange(q, "b n (h d) -> b h n d", h=self.num_heads)
+        k = rearrange(k, "b n (g d) -> b g n d", g=self.num_kv_heads)
+        v = rearrange(v, "b n (g d) -> b g n d", g=self.num_kv_heads)
+        if self.rope_base is not None:  # rotary positions, before the cache stores keys
+            if positions is None:
+                positions = torch.arange(n_cached, n_cached + n_q, device=query.device)
+            q = apply_rotary(q, positions, base=self.rope_base)
+            k = apply_rotary(k, positions, base=self.rope_base)
+        if cache is not None:  # decoding: the new queries see the cached keys, causally
+            k, v = cache.update(k, v, window=self.window)  # [b, g, n_kept + n_q, d]
             is_causal = True
-        if need_weights:  # explicit: weights [b, h, n_q, n_k]
+        if attn_mask is not None and attn_mask.dim() and attn_mask.shape[-1] > k.shape[2]:
+            attn_mask = attn_mask[..., attn_mask.shape[-1] - k.shape[2]:]  # window dropped
+        mask, square_causal = combine_masks(attn_mask, n_q, k.shape[2], is_causal=is_causal,
+                                            window=self.window, device=query.device)
+        p = self.dropout if self.training else 0.0
+        if need_weights or record is not None:  # steps 5-7, explicit: scores, softmax, weighted sum of values
+            r = self.num_heads // self.num_kv_heads
             out, weights = scaled_dot_product_attention(
-                q, k, v, attn_mask, is_causal=is_causal, dropout_p=p)
-        else:  # fused kernel, same maths
-            out, weights = _fused_attention(q, k, v, attn_mask, is_causal, p), None
-        return self.out_proj(merge_heads(out)), weights  # [b, n_q, e]
+                q, repeat_kv_heads(k, r), repeat_kv_heads(v, r), mask,
+                is_causal=square_causal, dropout_p=p)  # weights [b, h, n_q, n_k]
+            if record is not None:
+                record[0][record[1]] = weights.detach()
+        else:  # steps 5-7, fused kernel, same maths; key/value heads grouped by the kernel
+            out, weights = fused_attention(q, k, v, mask, is_causal=square_causal, dropout_p=p,
+                                           enable_gqa=self.num_kv_heads != self.num_heads), None
+        # steps 8-9: merge the heads, "b h n d -> b n (h d)"; step 10: project back to e
+        out = self.out_proj(rearrange(out, "b h n d -> b n (h d)"))  # [b, n_q, e]
+        return out, (weights if need_weights else None)
 
-    def _check_inputs(self, query, key, value) -> None:
+    def __getstate__(self):
+        """Copies and pickles never inherit a running :func:`mhsa.record_attention`."""
+        state = dict(self.__dict__)
+        state["_record"] = None
+        return state
+
+    def _check_inputs(self, query, key, value, self_attention, causal, positions) -> None:
         check_shape("query", query, ("batch", "n_q", "embed_dim"), self.embed_dim)
         check_shape("key", key, ("batch", "n_k", "kdim"), self.kdim)
         check_shape("value", value, ("batch", "n_k", "vdim"), self.vdim)
@@ -178,107 +269,48 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"`key` and `value` must have the same length n_k, got {key.shape[1]} "
                 f"(key {tuple(key.shape)}) and {value.shape[1]} (value {tuple(value.shape)})")
+        if self.rope_base is not None and not self_attention:
+            raise ValueError("`rope_base` serves self-attention: call with key=None and "
+                             "value=None (a query and a key from different sequences have no "
+                             "common position origin)")
+        if positions is not None and self.rope_base is None:
+            raise ValueError("`positions` are the rotary positions: this module has no "
+                             "`rope_base`, so pass positions=None")
+        if self.window is not None and not causal:
+            raise ValueError(f"`window` ({self.window}) is a causal sliding window: call with "
+                             "is_causal=True or a cache")
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
         """A copy of a ``torch.nn.MultiheadAttention(batch_first=True)``, same weights.
 
-        Raises:
-            TypeError: ``module`` is not a ``torch.nn.MultiheadAttention``.
-            ValueError: it has ``batch_first=False``, ``add_bias_kv`` or ``add_zero_attn``.
+        See :func:`mhsa.conversion.mha_from_torch`.
         """
-        _check_torch_mha(module)
-        weight = module.out_proj.weight
-        ours = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
-                   bias=module.in_proj_bias is not None, kdim=module.kdim, vdim=module.vdim,
-                   device=weight.device, dtype=weight.dtype)
-        with torch.no_grad():
-            for mine, theirs in _param_pairs(ours, module):
-                mine.copy_(theirs)
-        return ours.train(module.training)
+        return mha_from_torch(module, cls)
 
     def to_torch(self) -> nn.MultiheadAttention:
         """A ``torch.nn.MultiheadAttention(batch_first=True)`` with this module's weights.
 
-        Raises:
-            ValueError: ``qkv_dim != embed_dim`` (torch's module projects to ``embed_dim``).
+        See :func:`mhsa.conversion.mha_to_torch`.
         """
-        if self.qkv_dim != self.embed_dim:
-            raise ValueError(
-                f"torch.nn.MultiheadAttention needs `qkv_dim` ({self.qkv_dim}) equal to "
-                f"`embed_dim` ({self.embed_dim})")
-        weight = self.out_proj.weight
-        theirs = nn.MultiheadAttention(
-            self.embed_dim, self.num_heads, dropout=self.dropout,
-            bias=self.out_proj.bias is not None, kdim=self.kdim, vdim=self.vdim,
-            batch_first=True, device=weight.device, dtype=weight.dtype)
-        with torch.no_grad():
-            for mine, their in _param_pairs(self, theirs):
-                their.copy_(mine)
-        return theirs.train(self.training)
+        return mha_to_torch(self)
 
     def extra_repr(self) -> str:
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+        extra = "" if self.num_kv_heads == self.num_heads else f"num_kv_heads={self.num_kv_heads}, "
+        extra += "" if self.rope_base is None else f"rope_base={self.rope_base}, "
+        extra += "" if self.window is None else f"window={self.window}, "
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, {extra}"
                 f"qkv_dim={self.qkv_dim}, head_dim={self.head_dim}, dropout={self.dropout}")
 
 
-# torch's CPU flash kernel reads every key block once per block of queries. From about 1024
-# queries and keys on, copying the heads to contiguous memory first makes it 3-6% faster;
-# below, the copies cost more than they save (measured: benchmarks/README.md).
-_CONTIGUOUS_FROM = 1024
-
-
-def _fused_attention(q, k, v, attn_mask, is_causal, dropout_p):
-    """torch's fused kernel under our rules: bool mask, bottom-right causal, empty rows 0.
-
-    No ``[n_q, n_k]`` tensor is built when nothing is masked or when the only mask is
-    causal with ``n_q == 1`` (one query sees every key) or ``n_q == n_k`` (torch's
-    ``is_causal``, aligned top-left, is then the same mask): torch's flash kernel then
-    works through the keys block by block.
-    """
-    n_q, n_k = q.shape[-2], k.shape[-2]
-    if q.device.type == "cpu" and min(n_q, n_k) >= _CONTIGUOUS_FROM:
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    is_causal = is_causal and n_q > 1  # a single query, aligned bottom-right, sees every key
-    if attn_mask is None and not is_causal:  # nothing to mask: no mask work at all
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-    if attn_mask is None and n_q == n_k:  # square causal: torch's is_causal, same mask
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-    mask = prepare_mask(q, k, v, attn_mask, is_causal=is_causal)  # bool [.., n_q, n_k]
-    out = F.scaled_dot_product_attention(  # empty rows opened: no NaN, even in gradients
-        q, k, v, attn_mask=softmax_safe(mask), dropout_p=dropout_p)
-    return out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # rows with no key: 0
-
-
-def _check_cached_mask(attn_mask, q, n_cached) -> None:
-    """Check ``attn_mask`` against the scores of a cached call, ``[b, h, n_q, n_cached + n_q]``."""
-    if attn_mask is not None:
-        b, h, n_q, _ = q.shape
-        check_bool_mask("attn_mask", attn_mask, (b, h, n_q, n_cached + n_q))
-
-
-def _check_torch_mha(module) -> None:
-    if not isinstance(module, nn.MultiheadAttention):
-        raise TypeError(
-            f"`module` must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
-    for flag, bad in [("batch_first=False", not module.batch_first),
-                      ("add_bias_kv=True", module.bias_k is not None),
-                      ("add_zero_attn=True", module.add_zero_attn)]:
-        if bad:
-            raise ValueError(f"`module` has {flag}; MultiHeadAttention supports "
-                             "batch_first=True without add_bias_kv or add_zero_attn")
-
-
-def _param_pairs(ours, mha):
-    """(our parameter, torch's parameter or view) pairs; torch packs q, k, v in that order."""
-    if mha._qkv_same_embed_dim:
-        w_q, w_k, w_v = mha.in_proj_weight.chunk(3)
-    else:
-        w_q, w_k, w_v = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
-    pairs = [(ours.q_proj.weight, w_q), (ours.k_proj.weight, w_k),
-             (ours.v_proj.weight, w_v), (ours.out_proj.weight, mha.out_proj.weight)]
-    if mha.in_proj_bias is not None:
-        b_q, b_k, b_v = mha.in_proj_bias.chunk(3)
-        pairs += [(ours.q_proj.bias, b_q), (ours.k_proj.bias, b_k),
-                  (ours.v_proj.bias, b_v), (ours.out_proj.bias, mha.out_proj.bias)]
-    return pairs
+def _check_rope_base(rope_base, head_dim):
+    if rope_base is None:
+        return None
+    if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)):
+        raise TypeError(f"`rope_base` must be a number or None, got {type(rope_base).__name__}")
+    if rope_base <= 0:
+        raise ValueError(f"`rope_base` must be > 0, got {rope_base}")
+    if head_dim % 2:
+        raise ValueError(f"rotary positions pair dimensions: `head_dim` ({head_dim}) must be "
+                         "even with `rope_base`")
+    return float(rope_base)

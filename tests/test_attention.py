@@ -119,7 +119,7 @@ def _bad(**changes):
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (_bad(query=torch.randn(8)), ValueError, r"`query` must have at least 2 dimensions, got shape \(8,\)"),
+        (_bad(query=torch.randn(8)), ValueError, r"`query` must be at least 2-D, got shape \(8,\)"),
         (_bad(key=torch.randn(2, 7, 6)), ValueError, r"same last dimension d_k, got 8 .* and 6"),
         (_bad(value=torch.randn(2, 6, 4)), ValueError, r"same length n_k, got 7 .* and 6"),
         (_bad(key=torch.randn(3, 7, 8), value=torch.randn(3, 7, 4)), ValueError, "same leading dimensions"),

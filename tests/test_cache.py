@@ -63,8 +63,8 @@ def test_update_rejects_bad_input(key, value, error, match):
 
 @pytest.mark.parametrize("shape, dtype, error, match", [
     ((3, 4, 1, 8), torch.float32, ValueError, r"do not continue the cache's \[2, 4, n_cached=5, 8\]"),
-    ((2, 2, 1, 8), torch.float32, ValueError, "batch, num_heads and head_dim must match"),
-    ((2, 4, 1, 6), torch.float32, ValueError, "batch, num_heads and head_dim must match"),
+    ((2, 2, 1, 8), torch.float32, ValueError, "batch, num_kv_heads and head_dim must match"),
+    ((2, 4, 1, 6), torch.float32, ValueError, "batch, num_kv_heads and head_dim must match"),
     ((2, 4, 1, 8), torch.float64, TypeError, "new keys are torch.float64, the cache holds"),
 ])
 def test_update_rejects_keys_that_do_not_continue_the_cache(shape, dtype, error, match):

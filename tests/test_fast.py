@@ -32,11 +32,12 @@ def sdpa_calls(monkeypatch):
     """Record the keyword arguments of every torch SDPA call made by MultiHeadAttention."""
     calls, sdpa = [], F.scaled_dot_product_attention
 
-    def spy(q, k, v, **kwargs):
-        calls.append({"n_q": q.shape[-2], "n_k": k.shape[-2], **kwargs})
+    def spy(q, k, v, **kwargs):  # keeps the arguments that change something
+        calls.append({"n_q": q.shape[-2], "n_k": k.shape[-2],
+                      **{name: a for name, a in kwargs.items() if a is not None and a is not False}})
         return sdpa(q, k, v, **kwargs)
 
-    monkeypatch.setattr(mhsa.multihead.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(mhsa.attention.F, "scaled_dot_product_attention", spy)
     return calls
 
 

@@ -447,8 +447,8 @@ def test_padding_mask_from_ids_equals_padding_mask_from_lengths(lengths, extra):
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda: padding_mask([2.0, 1.0], 3), TypeError, "`lengths` must hold integers, got torch.float32"),
-        (lambda: padding_mask([True], 3), TypeError, "`lengths` must hold integers, got torch.bool"),
+        (lambda: padding_mask([2.0, 1.0], 3), TypeError, "`lengths` must be an integer tensor \\[batch\\], got torch.float32"),
+        (lambda: padding_mask([True], 3), TypeError, "`lengths` must be an integer tensor \\[batch\\], got torch.bool"),
         (lambda: padding_mask([[1, 2]], 3), ValueError, r"`lengths` must be 1-D \[batch\], got shape \(1, 2\)"),
         (lambda: padding_mask([1, 4], 3), ValueError, r"`lengths` must lie in \[0, n_tokens=3\], got \[1, 4\]"),
         (lambda: padding_mask([-1], 3), ValueError, r"must lie in \[0, n_tokens=3\], got \[-1\]"),
@@ -479,8 +479,8 @@ def test_causal_mask_is_bottom_right_lower_triangle(n_q, n_k):
 @pytest.mark.parametrize(
     "args, error, message",
     [
-        ((0,), ValueError, "`n_q` must be a positive int, got 0"),
-        ((3, -1), ValueError, "`n_k` must be a positive int, got -1"),
+        ((-1,), ValueError, "`n_q` must be an int >= 0, got -1"),
+        ((3, -1), ValueError, "`n_k` must be an int >= 0, got -1"),
         ((2.5,), TypeError, "`n_q` must be an int, got float 2.5"),
         ((True,), TypeError, "`n_q` must be an int, got bool True"),
         ((2, "4"), TypeError, "`n_k` must be an int, got str '4'"),

@@ -242,8 +242,8 @@ def test_fused_equals_explicit_with_masks(seed):
 
 @pytest.mark.parametrize("masking", ["none", "causal", "padding"])
 def test_fused_equals_explicit_on_long_sequences(masking):
-    # from mhsa.multihead._CONTIGUOUS_FROM tokens on, the CPU path copies the heads first
-    n = mhsa.multihead._CONTIGUOUS_FROM + 3
+    # from mhsa.attention._CONTIGUOUS_FROM tokens on, the CPU path copies the heads first
+    n = mhsa.attention._CONTIGUOUS_FROM + 3
     torch.manual_seed(0)
     m = MultiHeadAttention(8, 2).eval()
     x = torch.randn(1, n, 8)
@@ -390,10 +390,28 @@ def test_zero_dropout_training_equals_eval():
         ({"embed_dim": 32, "num_heads": 4, "qkv_dim": 30}, ValueError,
          r"`qkv_dim` \(30\) must be divisible by `num_heads` \(4\)"),
         ({"embed_dim": 32, "num_heads": 0}, ValueError, r"`num_heads` must be a positive int, got 0"),
-        ({"embed_dim": 16.0, "num_heads": 4}, ValueError, r"`embed_dim` .* got 16\.0"),
+        ({"embed_dim": 16.0, "num_heads": 4}, TypeError, r"`embed_dim` must be an int, got float 16\.0"),
         ({"embed_dim": 16, "num_heads": 4, "kdim": -3}, ValueError, r"`kdim` .* got -3"),
         ({"embed_dim": 16, "num_heads": 4, "dropout": 1.0}, ValueError,
          r"`dropout` must be in \[0, 1\), got 1\.0"),
+        ({"embed_dim": 16, "num_heads": 4, "dropout": "0.1"}, TypeError,
+         r"`dropout` must be a float in \[0, 1\), got str"),
+        ({"embed_dim": 16, "num_heads": 4, "num_kv_heads": 3}, ValueError,
+         r"`num_heads` \(4\) must be divisible by `num_kv_heads` \(3\)"),
+        ({"embed_dim": 16, "num_heads": 4, "num_kv_heads": 2.0}, TypeError,
+         r"`num_kv_heads` must be an int, got float 2\.0"),
+        ({"embed_dim": 16, "num_heads": 4, "num_kv_heads": 0}, ValueError,
+         r"`num_kv_heads` must be a positive int, got 0"),
+        ({"embed_dim": 12, "num_heads": 4, "rope_base": 10000.0}, ValueError,
+         r"`head_dim` \(3\) must be even with `rope_base`"),
+        ({"embed_dim": 16, "num_heads": 4, "rope_base": "10000"}, TypeError,
+         r"`rope_base` must be a number or None, got str"),
+        ({"embed_dim": 16, "num_heads": 4, "rope_base": 0.0}, ValueError,
+         r"`rope_base` must be > 0, got 0\.0"),
+        ({"embed_dim": 16, "num_heads": 4, "window": 0}, ValueError,
+         r"`window` must be a positive int, got 0"),
+        ({"embed_dim": 16, "num_heads": 4, "window": 2.5}, TypeError,
+         r"`window` must be an int, got float 2\.5"),
     ],
 )
 def test_construction_errors(kwargs, error, match):

@@ -118,9 +118,14 @@ def test_unpatchify_wrong_rank_and_counts_raise():
         unpatchify(torch.zeros(1, 4, 20), 4, 8, 8)
 
 
-@pytest.mark.parametrize("bad", [0, -2, 2.0, True])
-def test_bad_patch_size_raises(bad):
-    with pytest.raises(ValueError, match=r"`patch_size` must be a positive int"):
+@pytest.mark.parametrize("bad, error, match", [
+    (0, ValueError, r"`patch_size` must be a positive int, got 0"),
+    (-2, ValueError, r"`patch_size` must be a positive int, got -2"),
+    (2.0, TypeError, r"`patch_size` must be an int, got float 2\.0"),
+    (True, TypeError, r"`patch_size` must be an int, got bool True"),
+])
+def test_bad_patch_size_raises(bad, error, match):
+    with pytest.raises(error, match=match):
         patchify(torch.zeros(1, 1, 4, 4), bad)
 
 

@@ -1,0 +1,273 @@
+"""Grouped-query and multi-query attention, rotary positions, sliding windows, and their cache.
+
+Reference: torch's ``F.scaled_dot_product_attention(..., enable_gqa=True)`` with the module's
+weights copied into plain tensor code. Masks: boolean, True = may attend.
+
+Tolerances (float32, eps = 1.2e-7): every output is a softmax-weighted mean of values of
+size about 1 after two projections of width <= 32 and sums over <= 12 keys; rounding
+differences between kernels that add in another order grow like eps * sqrt(terms) * |terms|,
+a few 1e-6 at most. We allow 1e-5 (atol and rtol), ten times that. float64: 1e-12.
+"""
+
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mhsa
+from mhsa import KVCache, MultiHeadAttention
+
+TOL32 = {"atol": 1e-5, "rtol": 1e-5}
+TOL64 = {"atol": 1e-12, "rtol": 1e-12}
+EMBED, HEADS = 32, 4
+KV_HEADS = [4, 2, 1]  # multi-head, grouped-query, multi-query
+KV_IDS = ["mha", "gqa", "mqa"]
+
+
+def make(num_kv_heads, seed=0, dtype=torch.float32, **kw):
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(EMBED, HEADS, num_kv_heads=num_kv_heads, dtype=dtype, **kw).eval()
+    with torch.no_grad():  # nn.Linear biases start small; make them count
+        for proj in (mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj):
+            proj.bias.normal_()
+    return mha
+
+
+def reference(mha, x, *, attn_mask=None, is_causal=False, positions=None):
+    """Plain torch: linear, view/transpose, F.scaled_dot_product_attention(enable_gqa=True)."""
+    b, n, _ = x.shape
+    d = mha.head_dim
+    q = F.linear(x, mha.q_proj.weight, mha.q_proj.bias).view(b, n, -1, d).transpose(1, 2)
+    k = F.linear(x, mha.k_proj.weight, mha.k_proj.bias).view(b, n, -1, d).transpose(1, 2)
+    v = F.linear(x, mha.v_proj.weight, mha.v_proj.bias).view(b, n, -1, d).transpose(1, 2)
+    if mha.rope_base is not None:
+        positions = torch.arange(n) if positions is None else positions
+        q = mhsa.apply_rotary(q, positions, base=mha.rope_base)
+        k = mhsa.apply_rotary(k, positions, base=mha.rope_base)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                                         enable_gqa=True)
+    return F.linear(out.transpose(1, 2).reshape(b, n, -1), mha.out_proj.weight,
+                    mha.out_proj.bias)
+
+
+def decode_in_chunks(mha, x, sizes, **kw):
+    cache, outputs, start = KVCache(), [], 0
+    for size in sizes:
+        outputs.append(mha(x[:, start:start + size], cache=cache, **kw)[0])
+        start += size
+    assert start == x.shape[1] and len(cache) == x.shape[1]
+    return torch.cat(outputs, dim=1), cache
+
+
+def test_projection_widths_and_repr():
+    mha = MultiHeadAttention(EMBED, 8, num_kv_heads=2)
+    assert (mha.q_proj.out_features, mha.k_proj.out_features, mha.v_proj.out_features) == (32, 8, 8)
+    assert mha.out_proj.in_features == 32 and mha.head_dim == 4
+    assert "num_kv_heads=2" in repr(mha)
+    assert MultiHeadAttention(EMBED, 8).num_kv_heads == 8
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+@pytest.mark.parametrize("masking", ["none", "causal", "padding"])
+@pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
+def test_equals_torch_sdpa_with_enable_gqa(seed, need_weights, masking, num_kv_heads):
+    mha = make(num_kv_heads, seed)
+    x = torch.randn(2, 6, EMBED, generator=torch.Generator().manual_seed(seed))
+    keep = mhsa.padding_mask([6, 3], 6) if masking == "padding" else None
+    causal = masking == "causal"
+    out, weights = mha(x, attn_mask=keep, is_causal=causal, need_weights=need_weights)
+    torch.testing.assert_close(out, reference(mha, x, attn_mask=keep, is_causal=causal), **TOL32)
+    if need_weights:
+        assert weights.shape == (2, HEADS, 6, 6)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, HEADS, 6), **TOL32)
+
+
+def test_query_head_h_reads_key_value_head_h_over_r():
+    """Heads 0, 1 share key/value head 0 and heads 2, 3 share head 1 (r = 2), as in torch."""
+    mha = make(2)
+    with torch.no_grad():  # every query head identical: weights then differ only by k/v head
+        w_q = mha.q_proj.weight.view(HEADS, -1, EMBED)
+        w_q[1:] = w_q[0]
+        mha.q_proj.bias.view(HEADS, -1)[1:] = mha.q_proj.bias.view(HEADS, -1)[0]
+    x = torch.randn(1, 5, EMBED, generator=torch.Generator().manual_seed(3))
+    _, weights = mha(x, need_weights=True)
+    assert torch.equal(weights[:, 0], weights[:, 1]) and torch.equal(weights[:, 2], weights[:, 3])
+    assert not torch.allclose(weights[:, 0], weights[:, 2])
+
+
+@pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
+@pytest.mark.parametrize("rope_base", [None, 500.0], ids=["no_rope", "rope500"])
+@pytest.mark.parametrize("window", [None, 3], ids=["full", "window3"])
+@pytest.mark.parametrize("sizes", [[1] * 9, [4, 1, 1, 3], [2, 5, 2], [9]],
+                         ids=["one_by_one", "prefill_4", "chunks", "all_at_once"])
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_cached_decoding_equals_the_full_causal_pass(num_kv_heads, rope_base, window, sizes,
+                                                     need_weights):
+    mha = make(num_kv_heads, rope_base=rope_base, window=window)
+    x = torch.randn(2, 9, EMBED, generator=torch.Generator().manual_seed(1))
+    full, _ = mha(x, is_causal=True, need_weights=need_weights)
+    steps, _ = decode_in_chunks(mha, x, sizes, need_weights=need_weights)
+    torch.testing.assert_close(steps, full, **TOL32)
+
+
+@pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
+def test_cached_decoding_is_exact_in_float64_with_rope_and_window(num_kv_heads):
+    mha = make(num_kv_heads, dtype=torch.float64, rope_base=10000.0, window=4)
+    x = torch.randn(1, 11, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    steps, _ = decode_in_chunks(mha, x, [3, 1, 1, 5, 1])
+    torch.testing.assert_close(steps, mha(x, is_causal=True)[0], **TOL64)
+
+
+@pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
+def test_window_equals_the_sliding_window_mask(num_kv_heads):
+    windowed = make(num_kv_heads, window=3)
+    plain = make(num_kv_heads)  # same seed: same weights
+    x = torch.randn(2, 8, EMBED, generator=torch.Generator().manual_seed(4))
+    mask = mhsa.sliding_window_mask(8, window=3)
+    expected = reference(plain, x, attn_mask=mask)
+    for need_weights in (False, True):
+        out, _ = windowed(x, is_causal=True, need_weights=need_weights)
+        torch.testing.assert_close(out, expected, **TOL32)
+    _, weights = windowed(x, is_causal=True, need_weights=True)
+    assert torch.equal(weights[0, 0] > 0, mask)  # exactly the window's keys get weight
+
+
+def test_window_needs_causal_attention():
+    mha = make(2, window=3)
+    with pytest.raises(ValueError, match=r"`window` \(3\) is a causal sliding window"):
+        mha(torch.randn(1, 4, EMBED))
+    with pytest.raises(ValueError, match="is a causal sliding window"):
+        mha(torch.randn(1, 4, EMBED), need_weights=True)
+
+
+def test_window_wider_than_the_text_is_plain_causal_attention():
+    x = torch.randn(1, 6, EMBED, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(make(2, window=6)(x, is_causal=True)[0],
+                               make(2)(x, is_causal=True)[0], **TOL32)
+
+
+@pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
+def test_rope_equals_rotating_queries_and_keys_by_hand(num_kv_heads):
+    mha = make(num_kv_heads, rope_base=10000.0)
+    x = torch.randn(2, 7, EMBED, generator=torch.Generator().manual_seed(6))
+    torch.testing.assert_close(mha(x, is_causal=True)[0], reference(mha, x, is_causal=True),
+                               **TOL32)
+    positions = torch.arange(7) * 3 + 5
+    torch.testing.assert_close(mha(x, positions=positions)[0],
+                               reference(mha, x, positions=positions), **TOL32)
+
+
+def test_rope_outputs_depend_on_offsets_only():
+    """Shifting every position by 100 changes no score: rotary scores see offsets m - n."""
+    mha = make(2, dtype=torch.float64, rope_base=10000.0)
+    x = torch.randn(1, 6, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    _, near = mha(x, need_weights=True)
+    _, far = mha(x, positions=torch.arange(100, 106), need_weights=True)
+    torch.testing.assert_close(far, near, atol=1e-10, rtol=1e-10)  # angles of 100 rad: 1e-14
+    _, unrotated = make(2, dtype=torch.float64)(x, need_weights=True)
+    assert not torch.allclose(near, unrotated)
+
+
+def test_rope_and_positions_errors():
+    rope = make(2, rope_base=10000.0)
+    x = torch.randn(1, 4, EMBED)
+    with pytest.raises(ValueError, match="`rope_base` serves self-attention"):
+        rope(x, torch.randn(1, 5, EMBED))
+    with pytest.raises(ValueError, match="this module has no `rope_base`"):
+        make(2)(x, positions=torch.arange(4))
+    with pytest.raises(ValueError, match=r"`positions` must be \[n\] with n = x.shape\[-2\] = 4"):
+        rope(x, positions=torch.arange(5))
+    with pytest.raises(TypeError, match="`positions` must be an integer tensor"):
+        rope(x, positions=torch.arange(4.0))
+
+
+@pytest.mark.parametrize("num_kv_heads", [2, 1], ids=["gqa", "mqa"])
+def test_to_torch_refuses_what_torch_cannot_hold(num_kv_heads):
+    with pytest.raises(ValueError, match=r"cannot hold `num_kv_heads` \(\d\) != `num_heads` \(4\)"):
+        make(num_kv_heads).to_torch()
+    with pytest.raises(ValueError, match="has no `rope_base`"):
+        make(4, rope_base=10000.0).to_torch()
+    with pytest.raises(ValueError, match="has no `window`"):
+        make(4, window=2).to_torch()
+
+
+# -- the cache: memory, preallocation, window ------------------------------------------------
+
+@pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
+def test_cache_stores_only_the_key_value_heads(num_kv_heads):
+    mha = make(num_kv_heads)
+    _, cache = decode_in_chunks(mha, torch.randn(3, 5, EMBED), [2, 1, 2])
+    d = EMBED // HEADS
+    assert cache.key.shape == cache.value.shape == (3, num_kv_heads, 5, d)
+    assert cache.nbytes == 2 * 3 * num_kv_heads * 5 * d * 4  # 2 (k, v) * b * g * n * d * float32
+
+
+def test_cache_writes_in_place_and_grows_geometrically():
+    cache, buffers = KVCache(), set()
+    with torch.no_grad():
+        for t in range(100):
+            keys, _ = cache.update(torch.full((1, 2, 1, 4), float(t)), torch.zeros(1, 2, 1, 4))
+            buffers.add(keys.untyped_storage().data_ptr())
+    assert len(cache) == 100 and keys.shape == (1, 2, 100, 4)
+    assert torch.equal(cache.key[0, 0, :, 0], torch.arange(100.0))
+    assert len(buffers) <= 4  # 16, 32, 64 then 128 positions: log2(100 / 8) buffers, not 100
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_window_cache_memory_is_bounded(chunk):
+    mha = make(2, window=4)
+    cache, most = KVCache(), 0
+    x = torch.randn(1, 60, EMBED, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        for t in range(0, 60, chunk):
+            mha(x[:, t:t + chunk], cache=cache)
+            assert cache.key.shape[2] <= 3 + chunk  # window - 1 kept + the new chunk
+            most = max(most, cache._key.shape[2])  # the buffer's capacity
+    assert len(cache) == 60
+    assert cache.nbytes == 2 * 1 * 2 * (3 + chunk) * (EMBED // HEADS) * 4
+    assert most <= max(16, 2 * (3 + chunk))  # never grew with the text
+
+
+def test_window_cache_with_padding_over_every_position():
+    """With a window the mask still covers every position so far; the dropped columns go."""
+    mha = make(2, window=3)
+    x = torch.randn(2, 8, EMBED, generator=torch.Generator().manual_seed(9))
+    keep = mhsa.padding_mask([8, 5], 8)  # [b, 1, 1, 8]
+    full, _ = mha(x, attn_mask=keep, is_causal=True)
+    cache, steps = KVCache(), []
+    for t in range(8):
+        steps.append(mha(x[:, t:t + 1], cache=cache, attn_mask=keep[..., :t + 1])[0])
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL32)
+
+
+def test_cache_under_autograd_gives_the_gradients_of_the_full_pass():
+    mha = make(2, rope_base=10000.0)
+    x = torch.randn(1, 5, EMBED, generator=torch.Generator().manual_seed(10))
+    steps, _ = decode_in_chunks(mha, x, [2, 1, 2])
+    full, _ = mha(x, is_causal=True)
+    grad_steps = torch.autograd.grad(steps.square().sum(), mha.k_proj.weight)[0]
+    grad_full = torch.autograd.grad(full.square().sum(), mha.k_proj.weight)[0]
+    torch.testing.assert_close(grad_steps, grad_full, **TOL32)
+
+
+def test_cache_made_in_inference_mode_continues_outside_it():
+    mha = make(2)
+    x = torch.randn(1, 4, EMBED)
+    cache = KVCache()
+    with torch.inference_mode():
+        first, _ = mha(x[:, :2], cache=cache)
+    with torch.no_grad():
+        second, _ = mha(x[:, 2:], cache=cache)
+        full, _ = mha(x, is_causal=True)
+    torch.testing.assert_close(torch.cat([first, second], dim=1), full, **TOL32)
+
+
+def test_cache_pickles_and_resets():
+    mha = make(1)
+    _, cache = decode_in_chunks(mha, torch.randn(1, 3, EMBED), [3])
+    twin = pickle.loads(pickle.dumps(cache))
+    assert len(twin) == 3 and torch.equal(twin.key, cache.key)
+    cache.reset()
+    assert len(cache) == 0 and cache.key is None and cache.nbytes == 0
