@@ -8,7 +8,7 @@ cached against full pass 1e-5. Generated tokens are compared exactly.
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mhsa
@@ -147,6 +147,7 @@ def test_cached_decoding_in_chunks_equals_the_full_pass(variant, seed, data):
         torch.testing.assert_close(torch.cat(chunks, dim=1), model(ids), **TOL_CACHE)
 
 
+@settings(max_examples=20)  # each example generates twice
 @given(variant=variants, seed=st.integers(0, 2**16), n=st.integers(1, 6),
        new=st.integers(0, 9))
 def test_cached_generate_equals_uncached(variant, seed, n, new):
