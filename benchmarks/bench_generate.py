@@ -31,10 +31,10 @@ import argparse
 import platform
 import statistics
 import time
-from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 
 import mhsa
 from mhsa.measure import interleaved_times
@@ -117,58 +117,98 @@ class BareLoop:
         return out
 
 
-def step_breakdown(model, ids, clock):
-    """Seconds per decoding step of ``model.generate``, per module kind, from forward hooks.
+def per_call(pairs, clock, rounds=5, calls=50):
+    """``{name: (ours, bare)}`` seconds per call: ``calls`` calls per round, interleaved."""
+    fns = {}
+    for name, (ours, bare) in pairs.items():
+        fns[(name, 0)] = lambda f=ours: [f() for _ in range(calls)]
+        fns[(name, 1)] = lambda f=bare: [f() for _ in range(calls)]
+    with torch.inference_mode():
+        times = interleaved_times(fns, rounds, clock=clock)
+    return {name: (min(times[(name, 0)]) / calls, min(times[(name, 1)]) / calls)
+            for name in pairs}
 
-    Returns ``({kind: seconds per step}, seconds per step in all)``; the hooks themselves
-    (two clock reads per module call) land in the loop's share.
+
+def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
+    """Microseconds per decoding step, part by part: mhsa's call next to the bare torch one.
+
+    Each part is timed alone on one token, a cache of about ``n_cached`` positions (the
+    attention's cache grows by one per call), the model's own weights (hot in the processor
+    cache, so the matrix products read faster than inside a whole step), times its count
+    per step. The glue row is the whole attention call less its parts. Returns
+    ``[(part, ours us, bare us)]``.
     """
-    spent, stack, handles = defaultdict(float), [], []
+    layer, attn = model.layers[0], model.layers[0].attn
+    n1, qkv, o, _, gate_up, down = bare.layers[0]
+    torch.manual_seed(0)
+    x, tok, d = torch.randn(1, 1, WIDTH), torch.tensor([[7]]), WIDTH // HEADS
+    pos = torch.tensor([n_cached])
+    q, k = torch.randn(1, HEADS, 1, d), torch.randn(1, KV_HEADS, 1, d)
+    keys = torch.randn(1, KV_HEADS, n_cached + 1, d)
+    with torch.inference_mode():
+        cache = mhsa.KVCache()
+        attn(torch.randn(1, n_cached, WIDTH), cache=cache)
+    big = mhsa.KVCache()  # grows in place, doubling its buffers when full
+    slots = torch.empty(1, KV_HEADS, 8192, d)
 
-    def watch(module, kind):
-        handles.append(module.register_forward_pre_hook(lambda *_: stack.append(clock())))
-        handles.append(module.register_forward_hook(
-            lambda *_: spent.__setitem__(kind, spent[kind] + clock() - stack.pop())))
+    def attend_cached():  # one decoding step of attention: the cache grows by one
+        attn(x, cache=cache)
 
-    watch(model.embed, EMBED)
-    for layer in model.layers:
-        watch(layer.norm1, NORMS)
-        watch(layer.norm2, NORMS)
-        watch(layer.attn, ATTENTION)
-        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            watch(getattr(layer.attn, proj), PROJECTIONS)
-        watch(layer.feed_forward, FEED_FORWARD)
-    watch(model.norm, FINAL_NORM)
-    watch(model.lm_head, HEAD)
-    start = clock()
-    model.generate(ids, NEW)
-    total = clock() - start
-    for handle in handles:
-        handle.remove()
-    spent[ATTENTION_REST] = spent[ATTENTION] - spent[PROJECTIONS]
-    spent[LOOP] = total - sum(spent[k] for k in (EMBED, NORMS, ATTENTION, FEED_FORWARD,
-                                                  FINAL_NORM, HEAD))
-    return {kind: spent[kind] / NEW for kind in BREAKDOWN}, total / NEW
+    def write_cache():
+        big.update(k, k)
 
+    def write_bare():
+        slots[:, :, 5:6] = k
+        slots[:, :, 6:7] = k
 
-EMBED, NORMS, FINAL_NORM, HEAD = ("token embedding", "RMSNorm, 2 per layer",
-                                  "final RMSNorm", "lm_head")
-ATTENTION, FEED_FORWARD = "MultiHeadAttention, in all", "SwiGLU feed-forward"
-PROJECTIONS = "  of which q/k/v/out projections"
-ATTENTION_REST = "  of which the rest (rotary, cache, kernel, checks)"
-LOOP = "generate's loop (positions, slicing, argmax) + hooks"
-BREAKDOWN = [EMBED, NORMS, ATTENTION, PROJECTIONS, ATTENTION_REST, FEED_FORWARD, FINAL_NORM,
-             HEAD, LOOP]
+    def split_einops():
+        return (rearrange(x, "b n (h d) -> b h n d", h=HEADS),
+                rearrange(x[..., :KV_HEADS * d], "b n (g d) -> b g n d", g=KV_HEADS),
+                rearrange(x[..., :KV_HEADS * d], "b n (g d) -> b g n d", g=KV_HEADS))
 
+    def split_bare():
+        return (x.view(1, 1, HEADS, d).transpose(1, 2),
+                x[..., :KV_HEADS * d].view(1, 1, KV_HEADS, d).transpose(1, 2),
+                x[..., :KV_HEADS * d].view(1, 1, KV_HEADS, d).transpose(1, 2))
 
-def operator_breakdown(model, ids, top=12):
-    """Self CPU microseconds per decoding step of the busiest torch operators (profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        model.generate(ids, NEW)
-    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    return [(e.key, e.count / NEW, e.self_cpu_time_total / NEW) for e in rows[:top]]
+    attention_parts = {
+        "q/k/v projections": (lambda: (attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)),
+                              lambda: F.linear(x, qkv).split([WIDTH, 2 * d, 2 * d], -1)),
+        "head split": (split_einops, split_bare),
+        "rotary positions": (
+            lambda: (mhsa.apply_rotary(q, pos), mhsa.apply_rotary(k, pos)),
+            lambda: (bare.rotate(q, n_cached), bare.rotate(k, n_cached))),
+        "cache write": (write_cache, write_bare),
+        "attention kernel": (
+            lambda: F.scaled_dot_product_attention(q, keys, keys, enable_gqa=True),
+            lambda: F.scaled_dot_product_attention(q, keys, keys, enable_gqa=True)),
+        "head merge + out projection": (
+            lambda: attn.out_proj(rearrange(q, "b h n d -> b n (h d)")),
+            lambda: F.linear(q.transpose(1, 2).reshape(1, 1, WIDTH), o)),
+    }
+    parts = {
+        "token embedding": (lambda: model.embed(tok), lambda: F.embedding(tok, bare.embed)),
+        "RMSNorm": (lambda: layer.norm1(x), lambda: F.rms_norm(x, (WIDTH,), n1, bare.eps)),
+        "MultiHeadAttention, in all": (attend_cached, lambda: None),  # bare: sum of parts
+        **attention_parts,
+        "SwiGLU feed-forward": (
+            lambda: layer.feed_forward(x),
+            lambda: F.linear(F.silu((gu := F.linear(x, gate_up).chunk(2, -1))[0]) * gu[1],
+                             down)),
+        "lm_head": (lambda: model.lm_head(x), lambda: F.linear(x, bare.head)),
+    }
+    times = per_call(parts, clock)
+    count = {"token embedding": 1, "RMSNorm": 2 * LAYERS + 1, "lm_head": 1}
+    rows = [(name, ours * 1e6 * count.get(name, LAYERS), theirs * 1e6 * count.get(name, LAYERS))
+            for name, (ours, theirs) in times.items()]
+    inside = sum(ours for name, ours, _ in rows if name in attention_parts)
+    total = next(ours for name, ours, _ in rows if name == "MultiHeadAttention, in all")
+    bare_total = sum(theirs for name, _, theirs in rows if name in attention_parts)
+    rows = [(name, ours, bare_total if name == "MultiHeadAttention, in all" else theirs)
+            for name, ours, theirs in rows]
+    at = [name for name, *_ in rows].index("head merge + out projection") + 1
+    rows.insert(at, ("glue: checks, masks, calls", total - inside, 0.0))
+    return rows
 
 
 def cache_bytes_per_token(num_kv_heads, n=PROMPT + 8):
@@ -233,14 +273,14 @@ def main():
     print(f"target: mhsa >= 2x transformers' tokens/s: {'met' if speedup >= 2 else 'NOT met'} "
           f"({speedup:.2f}x)")
 
-    spent, per_step = step_breakdown(ours, ids, clock)
-    print(f"\nwhere one mhsa decoding step goes (forward hooks, {per_step * 1e6:.0f} us per "
-          "step incl. the prompt and hook overhead):")
-    for kind, seconds in spent.items():
-        print(f"  {kind:<44}{seconds * 1e6:>8.0f} us  {seconds / per_step:>5.0%}")
-    print("\nbusiest torch operators per mhsa step (profiler, self CPU time):")
-    for key, calls, us in operator_breakdown(ours, ids):
-        print(f"  {key:<44}{calls:>6.1f} calls {us:>8.0f} us")
+    print(f"\nwhere a decoding step goes, us per step (parts timed alone, one token, "
+          f"{PROMPT + NEW // 2} cached; the whole step took {best['mhsa'] / NEW * 1e6:.0f} us "
+          f"in mhsa, {best['bare torch'] / NEW * 1e6:.0f} us bare):")
+    print(f"  {'part':<34}{'mhsa':>8}{'bare':>8}")
+    for name, ours_us, bare_us in step_breakdown(ours, bare, clock):
+        indent = "    " if name not in ("token embedding", "RMSNorm", "SwiGLU feed-forward",
+                                          "lm_head", "MultiHeadAttention, in all") else ""
+        print(f"  {indent + name:<34}{ours_us:>8.0f}{bare_us:>8.0f}")
 
     print("\nKV-cache bytes per token (float32, measured from KVCache.nbytes; formula "
           "2 * layers * num_kv_heads * head_dim * bytes):")
