@@ -110,7 +110,7 @@ def test_returns_a_new_tensor_of_the_input_dtype(dtype, tol):
      "`x` must be a floating-point tensor, got torch.int64"),
     ([[0.0]], torch.arange(1), 10000.0, TypeError, "`x` must be a torch.Tensor, got list"),
     (torch.zeros(8), torch.arange(1), 10000.0, ValueError,
-     r"`x` must have at least 2 dimensions, got shape \(8,\)"),
+     r"`x` must be at least 2-D, got shape \(8,\)"),
     (torch.zeros(4, 7), torch.arange(4), 10000.0, ValueError,
      r"`x` must have an even last dimension d, got shape \(4, 7\)"),
     (torch.zeros(4, 8), torch.arange(4.0), 10000.0, TypeError,

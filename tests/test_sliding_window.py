@@ -69,6 +69,11 @@ def test_combines_with_padding_like_mistral():
     assert torch.equal(ours, mistral_mask(7, 7, 3, attention_mask))
 
 
+def test_no_query_or_no_key_gives_an_empty_mask():
+    assert sliding_window_mask(0, 4, window=2).shape == (0, 4)
+    assert sliding_window_mask(3, 0, window=2).shape == (3, 0)
+
+
 def test_builds_on_the_requested_device():
     assert sliding_window_mask(3, 4, window=2, device="cpu").device.type == "cpu"
 
@@ -77,8 +82,8 @@ def test_builds_on_the_requested_device():
     ({"n_q": 3, "window": 2.0}, TypeError, "`window` must be an int, got float 2.0"),
     ({"n_q": 3, "window": True}, TypeError, "`window` must be an int, got bool"),
     ({"n_q": 3, "window": 0}, ValueError, "`window` must be a positive int, got 0"),
-    ({"n_q": 0, "window": 2}, ValueError, "`n_q` must be a positive int, got 0"),
-    ({"n_q": 3, "n_k": -1, "window": 2}, ValueError, "`n_k` must be a positive int, got -1"),
+    ({"n_q": -1, "window": 2}, ValueError, "`n_q` must be an int >= 0, got -1"),
+    ({"n_q": 3, "n_k": -1, "window": 2}, ValueError, "`n_k` must be an int >= 0, got -1"),
     ({"n_q": "3", "window": 2}, TypeError, "`n_q` must be an int, got str"),
 ])
 def test_rejects_bad_input(kwargs, error, match):
