@@ -35,7 +35,9 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, *, base: float = 1000
 
     Returns:
         A new tensor with the shape, dtype and device of ``x``; the angles are computed in
-        float32 (float64 for float64 input).
+        float32 (float64 for float64 input). On the CPU, the angles of up to 16 positions
+        are kept between calls, keyed by the positions' values: a decoder asks for the same
+        ones for queries and keys of every layer at each step.
 
     Raises:
         TypeError: ``x`` is not a floating tensor, ``positions`` is not an integer tensor,
@@ -63,7 +65,7 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, *, base: float = 1000
         raise TypeError(f"`base` must be a number, got {type(base).__name__}")
     if base <= 0:
         raise ValueError(f"`base` must be > 0, got {base}")
-    cos, sin = rotary_angles(positions, d, base=base, dtype=x.dtype)
+    cos, sin = _angles(positions, d, float(base), x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     rotated = torch.cat([-x2, x1], dim=-1)  # the pair (x1, x2) turned by 90 degrees
     return x * cos + rotated * sin
@@ -82,6 +84,27 @@ def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
     angles = positions.to(work)[:, None] * inv_freq  # [n, d/2]
     angles = torch.cat([angles, angles], dim=-1)  # [n, d]: the halves repeat
     return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+# Decoding asks for the same few positions over and over: twice per layer (queries, keys)
+# and once per layer at each step. Their angles are kept for short position lists on the CPU,
+# where reading the positions' values costs nothing (on a GPU it would wait for the device).
+_KEEP_UP_TO = 16  # positions per call
+
+
+def _angles(positions: torch.Tensor, d: int, base: float, dtype: torch.dtype):
+    """:func:`rotary_angles`, kept between calls for up to ``_KEEP_UP_TO`` CPU positions."""
+    if positions.device.type != "cpu" or positions.shape[0] > _KEEP_UP_TO:
+        return rotary_angles(positions, d, base=base, dtype=dtype)
+    return _kept_angles(tuple(positions.tolist()), d, base, dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_angles(positions: tuple, d: int, base: float, dtype: torch.dtype):
+    """The angles of these position values (normal tensors, never handed to a caller)."""
+    with torch.inference_mode(False):
+        return rotary_angles(torch.tensor(positions, dtype=torch.long), d, base=base,
+                             dtype=dtype)
 
 
 @functools.lru_cache(maxsize=64)

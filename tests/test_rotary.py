@@ -135,3 +135,35 @@ def test_rejects_bad_input(x, positions, base, error, match):
 
 def test_is_exported_at_the_top_level():
     assert mhsa.apply_rotary is apply_rotary
+
+
+@pytest.mark.parametrize("positions", [torch.tensor([5]), torch.arange(16) + 3,
+                                       torch.tensor([7, 0, 3], dtype=torch.int32),
+                                       torch.arange(40)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_kept_angles_equal_freshly_computed_ones_exactly(positions, dtype):
+    """Short CPU position lists reuse their angles between calls; longer ones do not."""
+    from mhsa.rotary import rotary_angles
+
+    torch.manual_seed(3)
+    x = torch.randn(2, 3, len(positions), 8).to(dtype)
+    cos, sin = rotary_angles(positions, 8, base=500.0, dtype=dtype)
+    expected = x * cos + torch.cat([-x[..., 4:], x[..., :4]], dim=-1) * sin
+    for _ in range(2):  # the second call reads the kept angles
+        assert torch.equal(apply_rotary(x, positions, base=500.0), expected)
+
+
+def test_kept_angles_follow_the_values_and_serve_autograd():
+    """Changing ``positions`` in place changes the angles; angles first made in inference
+    mode still work under autograd."""
+    positions = torch.tensor([2])
+    x = torch.randn(1, 2, 1, 8, dtype=torch.float64)
+    with torch.inference_mode():
+        at_two = apply_rotary(x, positions)
+    positions += 3
+    torch.testing.assert_close(apply_rotary(x, positions), apply_rotary(x, torch.tensor([5])),
+                               atol=0.0, rtol=0.0)
+    assert not torch.equal(apply_rotary(x, positions), at_two)
+    leaf = x.clone().requires_grad_()
+    apply_rotary(leaf, torch.tensor([2])).pow(2).sum().backward()
+    torch.testing.assert_close(leaf.grad, 2 * x, **TOL64)  # a rotation keeps norms
