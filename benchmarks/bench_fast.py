@@ -240,8 +240,8 @@ def plain_decode(model, src, steps, use_cache):
                 ff = layer.feed_forward
                 hidden = F.relu(F.linear(x, ff.linear1.weight, ff.linear1.bias))
                 x = norm(layer.norm3, x + F.linear(hidden, ff.linear2.weight, ff.linear2.bias))
-            out[:, t + 1] = F.linear(x[:, -1], model.generator.weight,
-                                     model.generator.bias).argmax(-1)
+            out[:, t + 1] = F.linear(x[:, -1], model.lm_head.weight,
+                                     model.lm_head.bias).argmax(-1)
     return out[:, 1:]
 
 

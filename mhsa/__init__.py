@@ -10,7 +10,8 @@ from .attention import scaled_dot_product_attention
 from .cache import KVCache
 from .causal_lm import CausalLM
 from .device import default_device
-from .layers import DecoderLayer, EncoderLayer, FeedForward, record_attention
+from .layers import DecoderLayer, EncoderLayer, FeedForward
+from .recording import record_attention
 from .masks import (
     causal_mask,
     mask_from_additive,

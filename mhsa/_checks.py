@@ -28,12 +28,15 @@ def kind_of(x) -> str:
 def check_int(name: str, n, *, minimum: int = 1) -> int:
     """Return ``n`` as an int; ``TypeError`` unless an integer, ``ValueError`` below ``minimum``.
 
-    Python ints and anything with ``__index__`` (numpy and 0-d torch integers) pass;
-    ``bool`` and floats (even ``16.0``) are refused.
+    Python ints and anything with ``__index__`` (numpy and 0-d torch integers) pass, and
+    so do the symbolic sizes of ``torch.compile``; ``bool`` and floats (even ``16.0``) are
+    refused.
     """
-    if isinstance(n, bool) or not hasattr(n, "__index__"):
+    if isinstance(n, bool) or not isinstance(n, (int, torch.SymInt)) \
+            and not hasattr(n, "__index__"):
         raise TypeError(f"`{name}` must be an int, got {type(n).__name__} {n!r}")
-    n = operator.index(n)
+    if not isinstance(n, (int, torch.SymInt)):  # torch.SymInt: a size torch.compile traces
+        n = operator.index(n)
     if n < minimum:
         kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
         raise ValueError(f"`{name}` must be {kind}, got {n}")

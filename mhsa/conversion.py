@@ -9,6 +9,7 @@ three inputs have width ``e``, and keeps three ``*_proj_weight`` otherwise; mhsa
 """
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -94,3 +95,50 @@ def _check_torch_mha(module) -> None:
         if bad:
             raise ValueError(f"`module` has {flag}; MultiHeadAttention supports "
                              "batch_first=True without add_bias_kv or add_zero_attn")
+
+
+def layer_from_torch(cls, layer, torch_cls):
+    """Build ``cls`` (an mhsa encoder or decoder layer) with the sizes and weights of ``layer``.
+
+    ``torch_cls`` is ``nn.TransformerEncoderLayer`` or ``nn.TransformerDecoderLayer``; the
+    decoder's ``multihead_attn`` becomes our ``cross_attn``.
+
+    Raises:
+        TypeError: ``layer`` is not a ``torch_cls``.
+        ValueError: it has ``batch_first=False``, LayerNorms or linears without bias, or an
+            activation other than relu or exact gelu.
+    """
+    if not isinstance(layer, torch_cls):
+        raise TypeError(f"`layer` must be a torch.nn.{torch_cls.__name__}, "
+                        f"got {type(layer).__name__}")
+    if not layer.self_attn.batch_first:
+        raise ValueError(f"`layer` has batch_first=False; {cls.__name__}.from_torch needs "
+                         f"torch.nn.{torch_cls.__name__}(..., batch_first=True)")
+    decoder = torch_cls is nn.TransformerDecoderLayer
+    norms = [layer.norm1, layer.norm2] + ([layer.norm3] if decoder else [])
+    if any(norm.bias is None for norm in norms) or layer.linear1.bias is None:
+        raise ValueError("`layer` was built with bias=False; our layers always have biases")
+    weight = layer.linear1.weight
+    ours = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads, layer.linear1.out_features,
+               dropout=layer.dropout.p, activation=_torch_activation_name(layer),
+               norm_first=layer.norm_first, layer_norm_eps=norms[0].eps,
+               device=weight.device, dtype=weight.dtype)
+    ours.self_attn = mha_from_torch(layer.self_attn)
+    if decoder:
+        ours.cross_attn = mha_from_torch(layer.multihead_attn)
+    our_norms = [ours.norm1, ours.norm2] + ([ours.norm3] if decoder else [])
+    with torch.no_grad():
+        ours.feed_forward.linear1.load_state_dict(layer.linear1.state_dict())
+        ours.feed_forward.linear2.load_state_dict(layer.linear2.state_dict())
+        for mine, theirs in zip(our_norms, norms):
+            mine.load_state_dict(theirs.state_dict())
+    return ours.train(layer.training)
+
+
+def _torch_activation_name(layer) -> str:
+    fn = layer.activation
+    if fn is F.relu or isinstance(fn, nn.ReLU):
+        return "relu"
+    if fn is F.gelu or (isinstance(fn, nn.GELU) and fn.approximate == "none"):
+        return "gelu"
+    raise ValueError(f"`layer` has activation {fn!r}; only relu and exact gelu are supported")

@@ -12,17 +12,18 @@ Each sublayer ``f`` (self-attention, cross-attention, feed-forward) is wrapped t
 The residual add is outside the heads: the heads' merged, projected output is added to ``x``.
 
 To read every layer's attention weights without changing what ``forward`` returns, wrap the
-calls in :func:`record_attention`.
+calls in :func:`mhsa.record_attention` (it works on any module holding a
+:class:`mhsa.MultiHeadAttention`).
 """
-
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_bool_mask, check_positive_int, check_shape
+from ._checks import check_bool_mask, check_positive_int, check_probability, check_shape
+from .conversion import layer_from_torch
 from .multihead import MultiHeadAttention
+from .recording import record_attention  # noqa: F401  (mhsa.layers.record_attention)
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -55,7 +56,7 @@ class FeedForward(nn.Module):
         super().__init__()
         check_positive_int("embed_dim", embed_dim)
         check_positive_int("ff_dim", ff_dim)
-        _check_dropout(dropout)
+        check_probability("dropout", dropout)
         self.activation_name = _check_activation(activation)
         self.activation = _ACTIVATIONS[activation]
         kw = {"device": device, "dtype": dtype}
@@ -70,41 +71,7 @@ class FeedForward(nn.Module):
         return f"activation={self.activation_name!r}"
 
 
-class _Layer(nn.Module):
-    """Shared by the encoder and decoder layers: one residual sublayer, attention recording."""
-
-    def _init_common(self, embed_dim, num_heads, ff_dim, dropout, activation, norm_first,
-                     layer_norm_eps, n_sublayers, kw):
-        check_positive_int("embed_dim", embed_dim)
-        check_positive_int("num_heads", num_heads)
-        _check_dropout(dropout)
-        _check_activation(activation)
-        self.embed_dim, self.num_heads, self.norm_first = embed_dim, num_heads, norm_first
-        self.feed_forward = FeedForward(embed_dim, ff_dim, dropout=dropout,
-                                        activation=activation, **kw)
-        for k in range(1, n_sublayers + 1):
-            setattr(self, f"norm{k}", nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw))
-            setattr(self, f"dropout{k}", nn.Dropout(dropout))
-        self._record = None  # (dict, prefix) while inside record_attention
-
-    def _sublayer(self, k, x, f):
-        """Sublayer ``k`` around ``f``: residual add, dropout, LayerNorm (post or pre)."""
-        norm, dropout = getattr(self, f"norm{k}"), getattr(self, f"dropout{k}")
-        if self.norm_first:
-            return x + dropout(f(norm(x)))  # pre-norm: the residual stream is never normed
-        return norm(x + dropout(f(x)))  # post-norm, as in the paper
-
-    def _attend(self, name, query, memory, mask, is_causal, cache=None):
-        """Run attention module ``name``; store its weights while recording."""
-        out, weights = getattr(self, name)(query, memory, attn_mask=mask, is_causal=is_causal,
-                                           need_weights=self._record is not None, cache=cache)
-        if weights is not None:
-            record, prefix = self._record
-            record[prefix + name] = weights.detach()  # [b, h, n_q, n_k]
-        return out
-
-
-class EncoderLayer(_Layer):
+class EncoderLayer(nn.Module):
     """Transformer encoder layer: self-attention, then feed-forward, each a residual sublayer.
 
     Post-norm (``norm_first=False``, the paper)::
@@ -151,10 +118,16 @@ class EncoderLayer(_Layer):
     def __init__(self, embed_dim, num_heads, ff_dim, *, dropout=0.1, activation="relu",
                  norm_first=False, layer_norm_eps=1e-5, device=None, dtype=None):
         super().__init__()
+        _check_layer_args(embed_dim, num_heads, dropout, activation)
+        self.embed_dim, self.num_heads, self.norm_first = embed_dim, num_heads, norm_first
         kw = {"device": device, "dtype": dtype}
         self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, **kw)
-        self._init_common(embed_dim, num_heads, ff_dim, dropout, activation, norm_first,
-                          layer_norm_eps, 2, kw)
+        self.feed_forward = FeedForward(embed_dim, ff_dim, dropout=dropout,
+                                        activation=activation, **kw)
+        self.norm1 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
+        self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Contextualize every token of ``x``.
@@ -178,8 +151,13 @@ class EncoderLayer(_Layer):
         b, n = x.shape[:2]
         if attn_mask is not None:
             check_bool_mask("attn_mask", attn_mask, (b, self.num_heads, n, n))
-        x = self._sublayer(1, x, lambda y: self._attend("self_attn", y, None, attn_mask, False))
-        return self._sublayer(2, x, self.feed_forward)
+        if self.norm_first:  # pre-norm: the residual stream itself is never normed
+            x = x + self.dropout1(self.self_attn(self.norm1(x), attn_mask=attn_mask)[0])
+            x = x + self.dropout2(self.feed_forward(self.norm2(x)))
+        else:  # post-norm, as in the paper
+            x = self.norm1(x + self.dropout1(self.self_attn(x, attn_mask=attn_mask)[0]))
+            x = self.norm2(x + self.dropout2(self.feed_forward(x)))
+        return x
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
@@ -193,11 +171,10 @@ class EncoderLayer(_Layer):
             ValueError: it has ``batch_first=False``, LayerNorms or linears without bias,
                 or an activation other than relu/gelu.
         """
-        return _copy_from_torch(cls, layer, nn.TransformerEncoderLayer,
-                                {"self_attn": "self_attn"}, 2)
+        return layer_from_torch(cls, layer, nn.TransformerEncoderLayer)
 
 
-class DecoderLayer(_Layer):
+class DecoderLayer(nn.Module):
     """Transformer decoder layer: causal self-attention, cross-attention, feed-forward.
 
     Post-norm (``norm_first=False``, the paper)::
@@ -235,11 +212,19 @@ class DecoderLayer(_Layer):
     def __init__(self, embed_dim, num_heads, ff_dim, *, dropout=0.1, activation="relu",
                  norm_first=False, layer_norm_eps=1e-5, device=None, dtype=None):
         super().__init__()
+        _check_layer_args(embed_dim, num_heads, dropout, activation)
+        self.embed_dim, self.num_heads, self.norm_first = embed_dim, num_heads, norm_first
         kw = {"device": device, "dtype": dtype}
         self.self_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, **kw)
         self.cross_attn = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, **kw)
-        self._init_common(embed_dim, num_heads, ff_dim, dropout, activation, norm_first,
-                          layer_norm_eps, 3, kw)
+        self.feed_forward = FeedForward(embed_dim, ff_dim, dropout=dropout,
+                                        activation=activation, **kw)
+        self.norm1 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
+        self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
+        self.norm3 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *,
                 self_attn_mask: torch.Tensor | None = None,
@@ -284,11 +269,19 @@ class DecoderLayer(_Layer):
             check_bool_mask("self_attn_mask", self_attn_mask, (b, h, n_tgt, n_keys))
         if memory_mask is not None:
             check_bool_mask("memory_mask", memory_mask, (b, h, n_tgt, n_src))
-        x = self._sublayer(1, x, lambda y: self._attend("self_attn", y, None, self_attn_mask,
-                                                        True, cache))
-        x = self._sublayer(2, x, lambda y: self._attend("cross_attn", y, memory, memory_mask,
-                                                        False))
-        return self._sublayer(3, x, self.feed_forward)
+        if self.norm_first:  # pre-norm
+            x = x + self.dropout1(self.self_attn(self.norm1(x), attn_mask=self_attn_mask,
+                                                 is_causal=True, cache=cache)[0])
+            x = x + self.dropout2(self.cross_attn(self.norm2(x), memory,
+                                                  attn_mask=memory_mask)[0])
+            x = x + self.dropout3(self.feed_forward(self.norm3(x)))
+        else:  # post-norm, as in the paper
+            x = self.norm1(x + self.dropout1(self.self_attn(x, attn_mask=self_attn_mask,
+                                                            is_causal=True, cache=cache)[0]))
+            x = self.norm2(x + self.dropout2(self.cross_attn(x, memory,
+                                                             attn_mask=memory_mask)[0]))
+            x = self.norm3(x + self.dropout3(self.feed_forward(x)))
+        return x
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
@@ -304,98 +297,17 @@ class DecoderLayer(_Layer):
             TypeError: ``layer`` is not a ``torch.nn.TransformerDecoderLayer``.
             ValueError: as :meth:`EncoderLayer.from_torch`.
         """
-        return _copy_from_torch(cls, layer, nn.TransformerDecoderLayer,
-                                {"self_attn": "self_attn", "cross_attn": "multihead_attn"}, 3)
+        return layer_from_torch(cls, layer, nn.TransformerDecoderLayer)
 
 
-@contextmanager
-def record_attention(model: nn.Module):
-    """Record the attention weights of every layer in ``model`` while the block runs.
-
-    Inside the ``with`` block, every :class:`EncoderLayer` and :class:`DecoderLayer` in
-    ``model`` (the model itself included) computes its attention weights and stores them
-    in the yielded dict, keyed by the attention module's name in ``model``, e.g.
-    ``"encoder.layers.0.self_attn"``, ``"decoder.layers.1.self_attn"``,
-    ``"decoder.layers.1.cross_attn"`` (just ``"self_attn"`` when ``model`` is one layer).
-    Each forward pass overwrites the entries, so the dict holds the last call's weights.
-    Outside the block nothing is stored and ``forward`` runs torch's fused attention.
-    What ``forward`` returns is the same inside and outside, up to float rounding (inside,
-    the explicit :func:`mhsa.scaled_dot_product_attention` replaces the fused kernel).
-
-    Example::
-
-        with mhsa.record_attention(model) as weights:
-            model(src, tgt)
-        cross = weights["decoder.layers.0.cross_attn"]  # [batch, heads, n_tgt, n_src]
-
-    Args:
-        model: any ``nn.Module`` containing mhsa layers.
-
-    Yields:
-        dict ``{name: weights}``; weights are detached tensors ``[batch, num_heads, n_q,
-        n_k]``, per head, before dropout (rows sum to 1; masked keys get 0).
-
-    Raises:
-        ValueError: ``model`` contains no mhsa layer, or is already being recorded.
-    """
-    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, _Layer)]
-    if not layers:
-        raise ValueError(f"`model` ({type(model).__name__}) contains no EncoderLayer or "
-                         "DecoderLayer whose attention could be recorded")
-    if any(layer._record is not None for _, layer in layers):
-        raise ValueError("`model` is already inside a record_attention block")
-    record = {}
-    for name, layer in layers:
-        layer._record = (record, f"{name}." if name else "")
-    try:
-        yield record
-    finally:
-        for _, layer in layers:
-            layer._record = None
-
-
-def _check_dropout(dropout) -> None:
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"`dropout` must be in [0, 1), got {dropout}")
+def _check_layer_args(embed_dim, num_heads, dropout, activation) -> None:
+    check_positive_int("embed_dim", embed_dim)
+    check_positive_int("num_heads", num_heads)
+    check_probability("dropout", dropout)
+    _check_activation(activation)
 
 
 def _check_activation(activation) -> str:
     if activation not in _ACTIVATIONS:
         raise ValueError(f"`activation` must be 'relu' or 'gelu', got {activation!r}")
     return activation
-
-
-def _torch_activation_name(layer) -> str:
-    fn = layer.activation
-    if fn is F.relu or isinstance(fn, nn.ReLU):
-        return "relu"
-    if fn is F.gelu or (isinstance(fn, nn.GELU) and fn.approximate == "none"):
-        return "gelu"
-    raise ValueError(f"`layer` has activation {fn!r}; only relu and exact gelu are supported")
-
-
-def _copy_from_torch(cls, layer, torch_cls, attn_names, n_sublayers):
-    """Build ``cls`` with the hyper-parameters and weights of torch's ``layer``."""
-    if not isinstance(layer, torch_cls):
-        raise TypeError(f"`layer` must be a torch.nn.{torch_cls.__name__}, "
-                        f"got {type(layer).__name__}")
-    if not layer.self_attn.batch_first:
-        raise ValueError(f"`layer` has batch_first=False; {cls.__name__}.from_torch needs "
-                         f"torch.nn.{torch_cls.__name__}(..., batch_first=True)")
-    norms = [getattr(layer, f"norm{k}") for k in range(1, n_sublayers + 1)]
-    if any(norm.bias is None for norm in norms) or layer.linear1.bias is None:
-        raise ValueError("`layer` was built with bias=False; our layers always have biases")
-    weight = layer.linear1.weight
-    ours = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads, layer.linear1.out_features,
-               dropout=layer.dropout.p, activation=_torch_activation_name(layer),
-               norm_first=layer.norm_first, layer_norm_eps=norms[0].eps,
-               device=weight.device, dtype=weight.dtype)
-    for mine, theirs in attn_names.items():
-        setattr(ours, mine, MultiHeadAttention.from_torch(getattr(layer, theirs)))
-    with torch.no_grad():
-        ours.feed_forward.linear1.load_state_dict(layer.linear1.state_dict())
-        ours.feed_forward.linear2.load_state_dict(layer.linear2.state_dict())
-        for k, norm in enumerate(norms, start=1):
-            getattr(ours, f"norm{k}").load_state_dict(norm.state_dict())
-    return ours.train(layer.training)
-

@@ -183,7 +183,7 @@ class EncoderDecoder(nn.Module):
     ``src`` goes through :class:`TokenEmbedding` + sinusoidal positions + dropout and the
     :class:`Encoder`, giving ``memory``; ``tgt`` (the target shifted right, starting with a
     begin-of-sequence id) goes through its own embedding, positions, dropout and the
-    :class:`Decoder`, which attends to ``memory``; a linear ``generator`` maps each target
+    :class:`Decoder`, which attends to ``memory``; a linear ``lm_head`` maps each target
     position to logits over the target vocabulary. Padding (``pad_id``) is masked in the
     encoder self-attention, the cross-attention and the decoder self-attention.
 
@@ -193,13 +193,18 @@ class EncoderDecoder(nn.Module):
         dropout: every dropout probability (embeddings, attention, sublayers, feed-forward).
         pad_id: padding id, shared by source and target.
         activation, norm_first, layer_norm_eps: passed to every layer.
+        max_positions: rows of the sinusoidal position table kept in a buffer (longer
+            sequences compute their rows on each call).
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
         src_embed, tgt_embed: the :class:`TokenEmbedding` of each side.
         encoder: the :class:`Encoder`.
         decoder: the :class:`Decoder`.
-        generator: ``nn.Linear(embed_dim, tgt_vocab)``, from decoder outputs to logits.
+        lm_head: ``nn.Linear(embed_dim, tgt_vocab)``, from decoder outputs to logits
+            (the "generator" of some implementations).
+        position_table: the sinusoidal table ``[max_positions, embed_dim]``, a
+            non-persistent buffer (it follows ``.to()`` but is not in the state dict).
         pad_id: the padding id.
 
     Shape:
@@ -215,7 +220,7 @@ class EncoderDecoder(nn.Module):
 
     def __init__(self, src_vocab, tgt_vocab, embed_dim, num_heads, ff_dim, num_layers, *,
                  dropout=0.1, pad_id=0, activation="relu", norm_first=False,
-                 layer_norm_eps=1e-5, device=None, dtype=None):
+                 layer_norm_eps=1e-5, max_positions=1024, device=None, dtype=None):
         super().__init__()
         for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
             check_positive_int(name, vocab)
@@ -230,28 +235,20 @@ class EncoderDecoder(nn.Module):
                  "layer_norm_eps": layer_norm_eps, **kw}
         self.encoder = Encoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
         self.decoder = Decoder(embed_dim, num_heads, ff_dim, num_layers, **stack)
-        self.generator = nn.Linear(embed_dim, tgt_vocab, **kw)
-        self._position_table = None  # see _positions
+        self.lm_head = nn.Linear(embed_dim, tgt_vocab, **kw)
+        table = sinusoidal_positional_encoding(
+            check_positive_int("max_positions", max_positions), embed_dim, device=device,
+            dtype=torch.get_default_dtype() if dtype is None else dtype)
+        self.register_buffer("position_table", table, persistent=False)  # computed once
 
     def _embed(self, embed: TokenEmbedding, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
-        x = embed(ids)  # [b, n, e], the tokens at positions start, start + 1, ...
-        return self.dropout(x + self._positions(start + ids.shape[1], x)[start:])
-
-    def _positions(self, n: int, like: torch.Tensor) -> torch.Tensor:
-        """Rows ``0 .. n-1`` of the sinusoidal table, on ``like``'s device and dtype.
-
-        The table never changes, so it is computed once and kept (grown when a longer
-        sequence comes); a decoder that writes one token per step would otherwise spend
-        more time recomputing it than attending.
-        """
-        table = self._position_table
-        if table is None or len(table) < n or (table.device, table.dtype) != (like.device,
-                                                                               like.dtype):
-            with torch.inference_mode(False):  # a normal tensor, even when made while decoding
-                table = sinusoidal_positional_encoding(max(n, 256), like.shape[-1],
-                                                       device=like.device, dtype=like.dtype)
-            self._position_table = table  # a cache: not a parameter, not in the state dict
-        return table[:n]
+        """Token embeddings plus the positions ``start, start + 1, ...``, then dropout."""
+        x = embed(ids)  # [b, n, e]
+        end, table = start + ids.shape[1], self.position_table
+        if end > len(table):  # longer than the buffer: compute the rows, keep nothing
+            table = sinusoidal_positional_encoding(end, x.shape[-1], device=x.device,
+                                                   dtype=x.dtype)
+        return self.dropout(x + table[start:end])
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the encoder.
@@ -273,7 +270,7 @@ class EncoderDecoder(nn.Module):
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor,
                src_mask: torch.Tensor | None = None, *, caches=None) -> torch.Tensor:
-        """Run the decoder and the generator: logits ``[batch, n_tgt, tgt_vocab]``.
+        """Run the decoder and the ``lm_head``: logits ``[batch, n_tgt, tgt_vocab]``.
 
         Args:
             tgt: target ids so far ``[batch, n_tgt]``, starting with the begin id.
@@ -292,15 +289,17 @@ class EncoderDecoder(nn.Module):
         """
         _check_ids("tgt", tgt)
         tgt_mask = padding_mask_from_ids(tgt, self.pad_id)  # [b, 1, 1, n_tgt], ANDed w/ causal
-        if not torch.is_grad_enabled() and bool(tgt_mask.all()):  # decoding, not training:
-            tgt_mask = None  # no padding, so the same attention with less mask work
+        return self._decode(tgt, memory, src_mask, tgt_mask, caches)
+
+    def _decode(self, tgt, memory, src_mask, tgt_mask, caches):
+        """:meth:`decode` with its masks given: ``tgt_mask`` may be None (no padding)."""
         start = 0 if not caches else len(caches[0])  # positions the caches hold already
         if start >= tgt.shape[1]:
             raise ValueError(f"`caches` hold {start} positions; `tgt` ({tgt.shape[1]} ids) "
                              "has no new one to decode")
         x = self.decoder(self._embed(self.tgt_embed, tgt[:, start:], start), memory,
                          self_attn_mask=tgt_mask, memory_mask=src_mask, caches=caches)
-        return self.generator(x)
+        return self.lm_head(x)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Logits ``[batch, n_tgt, tgt_vocab]``: position ``i`` predicts target token ``i+1``.
@@ -362,20 +361,24 @@ class EncoderDecoder(nn.Module):
     def _greedy_steps(self, src, bos_id, eos_id, max_len, use_cache):
         """The decoding loop of :meth:`greedy_decode`, arguments checked."""
         memory, src_mask = self.encode(src)
-        if bool(src_mask.all()):
+        if bool(src_mask.all()):  # one check per sequence, outside every forward
             src_mask = None  # no source padding: the same attention, without mask work
         out = torch.full((src.shape[0], max_len + 1), self.pad_id, dtype=torch.long,
                          device=src.device)
         out[:, 0] = bos_id
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        cached = {"caches": [KVCache() for _ in self.decoder.layers]} if use_cache else {}
+        cached = [KVCache() for _ in self.decoder.layers] if use_cache else None
+        padded = False  # has a pad id been written? Until then no target mask is needed
         for t in range(max_len):  # reads out[:, :t + 1], writes out[:, t + 1]
-            logits = self.decode(out[:, :t + 1], memory, src_mask, **cached)  # [b, new, vocab]
+            tgt = out[:, :t + 1]
+            tgt_mask = padding_mask_from_ids(tgt, self.pad_id) if padded else None
+            logits = self._decode(tgt, memory, src_mask, tgt_mask, cached)  # [b, new, vocab]
             next_id = logits[:, -1].argmax(dim=-1).masked_fill(finished, self.pad_id)  # [b]
             out[:, t + 1] = next_id
             finished |= next_id == eos_id
-            if bool(finished.all()):
+            if bool(finished.all()):  # the loop's one check per step, outside every forward
                 return out[:, 1:t + 2]
+            padded = padded or bool((next_id == self.pad_id).any())
         return out[:, 1:]
 
 

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .device import default_device
-from .layers import record_attention
 from .masks import padding_mask
 from .models import Encoder
+from .recording import attention_by_layer
 
 try:
     from safetensors.torch import load_file
@@ -243,10 +243,7 @@ class PretrainedEncoder:
         ``text`` is not a str.
         """
         ids, _ = self.token_ids(_check_text(text))
-        with record_attention(self.model) as weights:
-            self.model(ids)
-        names = [f"encoder.layers.{k}.self_attn" for k in range(self.num_layers)]
-        return torch.stack([weights[name][0] for name in names])  # [layers, h, i, j]
+        return attention_by_layer(self.model, "encoder.layers", ids)[:, 0]  # [layers, h, i, j]
 
 
 def default_model_path() -> Path:

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from ._checks import check_positive_int, kind_of
-from .layers import record_attention
 from .models import Encoder
 from .patches import patchify
+from .recording import attention_by_layer
 
 
 class VisionTransformer(nn.Module):
@@ -124,7 +124,7 @@ class VisionTransformer(nn.Module):
     def attention_weights(self, images: torch.Tensor) -> torch.Tensor:
         """Every layer's attention weights for ``images``, stacked: ``[layers, b, h, n, n]``.
 
-        Runs one forward pass inside :func:`mhsa.layers.record_attention`. Token 0 is the class
+        Runs one forward pass inside :func:`mhsa.record_attention`. Token 0 is the class
         token and token ``1 + k`` is patch ``k`` (row-major), so
         ``weights[l, :, :, 0, 1:]`` is how much the class token attends to each patch in
         layer ``l``, ``[b, h, gh * gw]``; reshape it onto the grid with
@@ -142,10 +142,7 @@ class VisionTransformer(nn.Module):
             TypeError: ``images`` is not a floating tensor.
             ValueError: ``images`` does not have this model's sizes.
         """
-        with record_attention(self) as record:
-            self(images)
-        return torch.stack([record[f"encoder.layers.{k}.self_attn"]
-                            for k in range(len(self.encoder.layers))])
+        return attention_by_layer(self, "encoder.layers", images)
 
     def _check_images(self, images) -> None:
         if not isinstance(images, torch.Tensor) or not images.is_floating_point():

@@ -245,7 +245,7 @@ def test_greedy_decode_with_cache_gives_the_same_tokens(seed):
 def test_greedy_decode_cache_handles_sequences_that_finish_early():
     model = make_model(3)
     with torch.no_grad():  # make <eos> (id 2) likely, so that some rows finish and get padded
-        model.generator.bias[2] += 1.7
+        model.lm_head.bias[2] += 1.7
     src = torch.randint(3, 13, (16, 8), generator=torch.Generator().manual_seed(3))
     without = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=12)
     finished_early = (without == 0).any(dim=1)

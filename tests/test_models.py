@@ -121,7 +121,7 @@ def test_decode_adds_the_sinusoidal_positions_at_every_length(dtype):
     for n in (5, 300):  # the model keeps a table of positions: 300 needs it to grow
         tgt = torch.randint(3, 13, (1, n), generator=torch.Generator().manual_seed(n))
         x = model.tgt_embed(tgt) + mhsa.sinusoidal_positional_encoding(n, E, dtype=dtype)
-        expected = model.generator(model.decoder(x, memory, memory_mask=src_mask))
+        expected = model.lm_head(model.decoder(x, memory, memory_mask=src_mask))
         torch.testing.assert_close(model.decode(tgt, memory, src_mask), expected)
 
 
@@ -132,10 +132,10 @@ def test_target_padding_is_masked_and_an_unpadded_target_needs_no_mask():
     x = model.tgt_embed(tgt) + mhsa.sinusoidal_positional_encoding(4, E)
     masked = model.decoder(x, memory, self_attn_mask=mhsa.padding_mask_from_ids(tgt, PAD),
                            memory_mask=src_mask)
-    torch.testing.assert_close(model.decode(tgt, memory, src_mask), model.generator(masked))
+    torch.testing.assert_close(model.decode(tgt, memory, src_mask), model.lm_head(masked))
     unpadded = tgt[:, :2]  # no padding id: decode passes no target mask, same logits
     all_true = torch.ones(1, 1, 1, 2, dtype=torch.bool)
-    expected = model.generator(model.decoder(x[:, :2], memory, self_attn_mask=all_true,
+    expected = model.lm_head(model.decoder(x[:, :2], memory, self_attn_mask=all_true,
                                              memory_mask=src_mask))
     torch.testing.assert_close(model.decode(unpadded, memory, src_mask), expected)
 
@@ -168,10 +168,11 @@ def test_a_short_training_run_lowers_the_loss():
 
 
 def scripted(model, script):
-    """Make ``model.decode`` return logits that pick ``script[b][t]`` at step ``t``."""
+    """Make the decoder (``model._decode``, which greedy decoding calls) return logits that
+    pick ``script[b][t]`` at step ``t``."""
     calls = []
 
-    def decode(tgt, memory, src_mask=None):
+    def decode(tgt, memory, src_mask=None, tgt_mask=None, caches=None):
         step = tgt.shape[1] - 1
         calls.append(step)
         logits = torch.zeros(tgt.shape[0], tgt.shape[1], 13)
@@ -179,7 +180,7 @@ def scripted(model, script):
             logits[b, -1, tokens[min(step, len(tokens) - 1)]] = 1.0
         return logits
 
-    model.decode = decode
+    model._decode = decode
     return calls
 
 
