@@ -80,7 +80,8 @@ def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
     checks: :func:`apply_rotary` checks its arguments before calling this.
     """
     work = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = _inverse_frequencies(d, float(base), work, positions.device)  # [d/2]
+    frequencies = _inverse_frequencies if torch.compiler.is_compiling() else _kept_frequencies
+    inv_freq = frequencies(d, float(base), work, positions.device)  # [d/2]
     angles = positions.to(work)[:, None] * inv_freq  # [n, d/2]
     angles = torch.cat([angles, angles], dim=-1)  # [n, d]: the halves repeat
     return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -94,7 +95,8 @@ _KEEP_UP_TO = 16  # positions per call
 
 def _angles(positions: torch.Tensor, d: int, base: float, dtype: torch.dtype):
     """:func:`rotary_angles`, kept between calls for up to ``_KEEP_UP_TO`` CPU positions."""
-    if positions.device.type != "cpu" or positions.shape[0] > _KEEP_UP_TO:
+    if positions.device.type != "cpu" or positions.shape[0] > _KEEP_UP_TO \
+            or torch.compiler.is_compiling():  # traced by torch.compile: no value to read
         return rotary_angles(positions, d, base=base, dtype=dtype)
     return _kept_angles(tuple(positions.tolist()), d, base, dtype)
 
@@ -107,13 +109,17 @@ def _kept_angles(positions: tuple, d: int, base: float, dtype: torch.dtype):
                              dtype=dtype)
 
 
-@functools.lru_cache(maxsize=64)
 def _inverse_frequencies(d: int, base: float, work: torch.dtype, device) -> torch.Tensor:
-    """``theta_k = base ** (-2k / d)`` for ``k < d/2``, as transformers computes it.
+    """``theta_k = base ** (-2k / d)`` for ``k < d/2``, as transformers computes it."""
+    k = torch.arange(0, d, 2, device=device, dtype=work)
+    return 1.0 / base ** (k / d)
 
-    Kept per (d, base, dtype, device): a decoder calls :func:`apply_rotary` twice per layer
-    and per step with the same ones. Callers never modify the returned tensor.
+
+@functools.lru_cache(maxsize=64)
+def _kept_frequencies(d: int, base: float, work: torch.dtype, device) -> torch.Tensor:
+    """:func:`_inverse_frequencies` kept per (d, base, dtype, device); never modified.
+
+    A normal tensor, also when first made in inference mode, so autograd may save it.
     """
-    with torch.inference_mode(False):  # a normal tensor, also when first made in inference mode
-        k = torch.arange(0, d, 2, device=device, dtype=work)
-        return 1.0 / base ** (k / d)
+    with torch.inference_mode(False):
+        return _inverse_frequencies(d, base, work, device)

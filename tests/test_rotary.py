@@ -167,3 +167,18 @@ def test_kept_angles_follow_the_values_and_serve_autograd():
     leaf = x.clone().requires_grad_()
     apply_rotary(leaf, torch.tensor([2])).pow(2).sum().backward()
     torch.testing.assert_close(leaf.grad, 2 * x, **TOL64)  # a rotation keeps norms
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="no torch.compile here")
+def test_compiles_without_graph_break_or_warning():
+    """Under torch.compile nothing is kept between calls: the angles are traced inline."""
+    import warnings
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, p: apply_rotary(x, p, base=100.0), fullgraph=True,
+                             backend="eager")  # fullgraph: a graph break raises
+    x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = compiled(x, torch.arange(5) + 2)
+    torch.testing.assert_close(got, apply_rotary(x, torch.arange(5) + 2, base=100.0), **TOL32)
