@@ -11,7 +11,6 @@ from .cache import KVCache
 from .causal_lm import CausalLM
 from .device import default_device
 from .layers import DecoderLayer, EncoderLayer, FeedForward
-from .recording import record_attention
 from .masks import (
     causal_mask,
     mask_from_additive,
@@ -31,6 +30,7 @@ from .models import (
 )
 from .multihead import MultiHeadAttention
 from .patches import patchify, unpatchify
+from .recording import record_attention
 from .rotary import apply_rotary
 from .swiglu import SwiGLU
 from .vision import VisionTransformer
