@@ -135,9 +135,12 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     Each part is timed alone on one token, a cache of about ``n_cached`` positions (the
     attention's cache grows by one per call), the model's own weights (hot in the processor
     cache, so the matrix products read faster than inside a whole step), times its count
-    per step. The glue row is the whole attention call less its parts. Every rotary call
-    here finds its angles kept (in a step of ``generate`` the first of the 8 calls computes
-    them, about 70 us more per step). Returns ``[(part, ours us, bare us)]``.
+    per step. The whole attention call is also timed against the same steps written out by
+    hand and against bare torch's step, each on a cache that grows by one per call: the
+    difference to the hand-written steps is what ``forward`` itself adds. The parts, timed
+    alone on small hot inputs, add up to less than the calls. Every rotary call here finds
+    its angles kept (in a step of ``generate`` the first of the 8 calls computes them, about
+    70 us more per step). Returns ``[(part, ours us, bare us)]``.
     """
     layer, attn = model.layers[0], model.layers[0].attn
     n1, qkv, o, _, gate_up, down = bare.layers[0]
@@ -154,6 +157,34 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
 
     def attend_cached():  # one decoding step of attention: the cache grows by one
         attn(x, cache=cache, positions=pos)  # the rotary angles of ``pos`` are kept, as below
+
+    by_hand = mhsa.KVCache()
+    with torch.inference_mode():
+        attn(torch.randn(1, n_cached, WIDTH), cache=by_hand)
+
+    def attend_by_hand():  # the same steps as MultiHeadAttention.forward, without it
+        q_, k_, v_ = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+        q_ = rearrange(q_, "b n (h d) -> b h n d", h=HEADS)
+        k_ = rearrange(k_, "b n (g d) -> b g n d", g=KV_HEADS)
+        v_ = rearrange(v_, "b n (g d) -> b g n d", g=KV_HEADS)
+        q_, k_ = mhsa.apply_rotary(q_, pos), mhsa.apply_rotary(k_, pos)
+        k_, v_ = by_hand.update(k_, v_)
+        out = F.scaled_dot_product_attention(q_, k_, v_, enable_gqa=True)
+        attn.out_proj(rearrange(out, "b h n d -> b n (h d)"))
+
+    bare_cache, filled = torch.empty(2, 1, KV_HEADS, 8192, d), [n_cached]
+
+    def attend_bare():  # BareLoop's attention step on its preallocated cache
+        t = filled[0]
+        q_, k_, v_ = F.linear(x, qkv).split([WIDTH, KV_HEADS * d, KV_HEADS * d], dim=-1)
+        q_ = bare.rotate(q_.view(1, 1, HEADS, d).transpose(1, 2), n_cached)
+        bare_cache[0, :, :, t:t + 1] = bare.rotate(k_.view(1, 1, KV_HEADS, d).transpose(1, 2),
+                                                   n_cached)
+        bare_cache[1, :, :, t:t + 1] = v_.view(1, 1, KV_HEADS, d).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q_, bare_cache[0, :, :, :t + 1],
+                                             bare_cache[1, :, :, :t + 1], enable_gqa=True)
+        F.linear(out.transpose(1, 2).reshape(1, 1, WIDTH), o)
+        filled[0] = t + 1
 
     def write_cache():
         big.update(k, k)
@@ -190,7 +221,8 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     parts = {
         "token embedding": (lambda: model.embed(tok), lambda: F.embedding(tok, bare.embed)),
         "RMSNorm": (lambda: layer.norm1(x), lambda: F.rms_norm(x, (WIDTH,), n1, bare.eps)),
-        "MultiHeadAttention, in all": (attend_cached, lambda: None),  # bare: sum of parts
+        "MultiHeadAttention, in all": (attend_cached, attend_bare),
+        "  the same steps by hand": (attend_by_hand, attend_bare),
         **attention_parts,
         "SwiGLU feed-forward": (
             lambda: layer.feed_forward(x),
@@ -202,13 +234,10 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     count = {"token embedding": 1, "RMSNorm": 2 * LAYERS + 1, "lm_head": 1}
     rows = [(name, ours * 1e6 * count.get(name, LAYERS), theirs * 1e6 * count.get(name, LAYERS))
             for name, (ours, theirs) in times.items()]
-    inside = sum(ours for name, ours, _ in rows if name in attention_parts)
     total = next(ours for name, ours, _ in rows if name == "MultiHeadAttention, in all")
-    bare_total = sum(theirs for name, _, theirs in rows if name in attention_parts)
-    rows = [(name, ours, bare_total if name == "MultiHeadAttention, in all" else theirs)
-            for name, ours, theirs in rows]
-    at = [name for name, *_ in rows].index("head merge + out projection") + 1
-    rows.insert(at, ("glue: checks, masks, calls", total - inside, 0.0))
+    hand = next(ours for name, ours, _ in rows if name == "  the same steps by hand")
+    at = [name for name, *_ in rows].index("  the same steps by hand") + 1
+    rows.insert(at, ("  forward's own cost: checks, masks, calls", total - hand, 0.0))
     return rows
 
 
@@ -277,11 +306,13 @@ def main():
     print(f"\nwhere a decoding step goes, us per step (parts timed alone, one token, "
           f"{PROMPT + NEW // 2} cached; the whole step took {best['mhsa'] / NEW * 1e6:.0f} us "
           f"in mhsa, {best['bare torch'] / NEW * 1e6:.0f} us bare):")
-    print(f"  {'part':<34}{'mhsa':>8}{'bare':>8}")
+    print(f"  {'part':<46}{'mhsa':>8}{'bare':>8}")
     for name, ours_us, bare_us in step_breakdown(ours, bare, clock):
-        indent = "    " if name not in ("token embedding", "RMSNorm", "SwiGLU feed-forward",
-                                          "lm_head", "MultiHeadAttention, in all") else ""
-        print(f"  {indent + name:<34}{ours_us:>8.0f}{bare_us:>8.0f}")
+        top = name.startswith(" ") or name in (
+            "token embedding", "RMSNorm", "SwiGLU feed-forward", "lm_head",
+            "MultiHeadAttention, in all")
+        label = name if top else f"    {name} (alone)"
+        print(f"  {label:<46}{ours_us:>8.0f}{bare_us:>8.0f}")
 
     print("\nKV-cache bytes per token (float32, measured from KVCache.nbytes; formula "
           "2 * layers * num_kv_heads * head_dim * bytes):")
