@@ -1,7 +1,8 @@
 """mhsa: multi-head self-attention, from the attention table to the transformer.
 
 Legend for every einops pattern and docstring: b batch, n tokens, h heads, d head_dim,
-e embed_dim, i query positions, j key positions; h * d is qkv_dim (embed_dim by default).
+e embed_dim, i query positions, j key positions; h * d is qkv_dim (embed_dim by default);
+g key/value heads (num_kv_heads) and r = h / g query heads per key/value head.
 One mask convention across the package: boolean, True = may attend.
 """
 

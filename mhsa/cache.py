@@ -107,7 +107,13 @@ class KVCache:
                 attention module and one batch of sequences; :meth:`reset` it first);
                 ``window`` below 1.
         """
-        self._check(key, value)
+        buffer = self._key
+        if buffer is None or not (  # the usual step, checked in one expression
+                type(key) is type(value) is torch.Tensor and value.shape == key.shape
+                and key.dim() == 4 and key.shape[:2] == buffer.shape[:2]
+                and key.shape[3] == buffer.shape[3] and key.dtype == value.dtype == buffer.dtype
+                and key.device == value.device == buffer.device):
+            self._check(key, value)  # the first update, or a mistake: say which
         if window is not None:
             window = check_int("window", window)
             self._start = max(self._start, self._end - (window - 1))

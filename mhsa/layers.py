@@ -28,6 +28,12 @@ from .recording import record_attention  # noqa: F401  (mhsa.layers.record_atten
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
+def dropout_module(p: float) -> nn.Module:
+    """``nn.Dropout(p)``, or ``nn.Identity()`` when ``p == 0``: a dropout of nothing costs a
+    call per sublayer per decoding step and changes nothing."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward network: ``linear2(dropout(activation(linear1(x))))``.
 
@@ -42,7 +48,7 @@ class FeedForward(nn.Module):
         device, dtype: where and in which floating dtype to create the parameters.
 
     Shape:
-        ``[..., embed_dim] -> [..., embed_dim]``.
+        ``[..., e] -> [..., e]``.
 
     Raises:
         ValueError: a size that is not a positive int, ``dropout`` outside ``[0, 1)``, or an
@@ -61,7 +67,7 @@ class FeedForward(nn.Module):
         self.activation = _ACTIVATIONS[activation]
         kw = {"device": device, "dtype": dtype}
         self.linear1 = nn.Linear(embed_dim, ff_dim, **kw)  # e -> ff_dim
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout_module(dropout)
         self.linear2 = nn.Linear(ff_dim, embed_dim, **kw)  # ff_dim -> e
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,11 +105,12 @@ class EncoderLayer(nn.Module):
         self_attn: the :class:`mhsa.MultiHeadAttention`.
         feed_forward: the :class:`FeedForward` network.
         norm1, norm2: ``nn.LayerNorm`` of each sublayer (of its input when pre-norm).
-        dropout1, dropout2: ``nn.Dropout`` of each sublayer's update.
+        dropout1, dropout2: ``nn.Dropout`` of each sublayer's update (``nn.Identity``
+            when ``dropout`` is 0).
         norm_first: True for pre-norm.
 
     Shape:
-        ``x``: ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``.
+        ``x``: ``[b, n, e]`` -> ``[b, n, e]``.
 
     Raises:
         ValueError: at construction, a size that is not a positive int, ``embed_dim`` not
@@ -126,8 +133,8 @@ class EncoderLayer(nn.Module):
                                         activation=activation, **kw)
         self.norm1 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
         self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+        self.dropout1 = dropout_module(dropout)
+        self.dropout2 = dropout_module(dropout)
 
     def forward(self, x: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Contextualize every token of ``x``.
@@ -196,11 +203,12 @@ class DecoderLayer(nn.Module):
         cross_attn: the cross-attention (torch calls it ``multihead_attn``).
         feed_forward: the :class:`FeedForward` network.
         norm1, norm2, norm3: ``nn.LayerNorm`` of each sublayer.
-        dropout1, dropout2, dropout3: ``nn.Dropout`` of each sublayer's update.
+        dropout1, dropout2, dropout3: ``nn.Dropout`` of each sublayer's update
+            (``nn.Identity`` when ``dropout`` is 0).
 
     Shape:
-        ``x``: ``[batch, n_tgt, embed_dim]``, ``memory``: ``[batch, n_src, embed_dim]``
-        -> ``[batch, n_tgt, embed_dim]``.
+        ``x``: ``[b, n_tgt, e]``, ``memory``: ``[b, n_src, e]``
+        -> ``[b, n_tgt, e]``.
 
     Raises:
         ValueError: at construction, as :class:`EncoderLayer`.
@@ -222,9 +230,9 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
         self.norm2 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
         self.norm3 = nn.LayerNorm(embed_dim, eps=layer_norm_eps, **kw)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
+        self.dropout1 = dropout_module(dropout)
+        self.dropout2 = dropout_module(dropout)
+        self.dropout3 = dropout_module(dropout)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *,
                 self_attn_mask: torch.Tensor | None = None,

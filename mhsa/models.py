@@ -12,7 +12,7 @@ from torch import nn
 
 from ._checks import check_positive_int, kind_of
 from .cache import KVCache
-from .layers import DecoderLayer, EncoderLayer
+from .layers import DecoderLayer, EncoderLayer, dropout_module
 from .masks import padding_mask_from_ids
 
 
@@ -71,7 +71,7 @@ class TokenEmbedding(nn.Module):
         device, dtype: where and in which floating dtype to create the table.
 
     Shape:
-        ``[batch, n]`` integer ids -> ``[batch, n, embed_dim]``.
+        ``[b, n]`` integer ids -> ``[b, n, e]``.
 
     Raises:
         ValueError: a size that is not a positive int.
@@ -129,7 +129,7 @@ class Encoder(_Stack):
             (``torch.nn.Transformer`` adds a final norm in both cases.)
 
     Shape:
-        ``x``: ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``; ``attn_mask`` as in
+        ``x``: ``[b, n, e]`` -> ``[b, n, e]``; ``attn_mask`` as in
         :meth:`mhsa.EncoderLayer.forward` (True = may attend), shared by every layer.
 
     Source: Vaswani et al. 2017, section 3.1; Xiong et al. 2020 (final norm with pre-norm).
@@ -153,8 +153,8 @@ class Decoder(_Stack):
         norm: ``nn.LayerNorm`` when ``norm_first``, else None.
 
     Shape:
-        ``x``: ``[batch, n_tgt, embed_dim]``, ``memory``: ``[batch, n_src, embed_dim]`` ->
-        ``[batch, n_tgt, embed_dim]``; masks as in :meth:`mhsa.DecoderLayer.forward`
+        ``x``: ``[b, n_tgt, e]``, ``memory``: ``[b, n_src, e]`` ->
+        ``[b, n_tgt, e]``; masks as in :meth:`mhsa.DecoderLayer.forward`
         (True = may attend), shared by every layer. Every layer attends to the same
         ``memory``, the encoder's last output. ``caches``: optional list of one
         :class:`mhsa.KVCache` per layer, for decoding step by step (``x`` then holds only
@@ -208,8 +208,8 @@ class EncoderDecoder(nn.Module):
         pad_id: the padding id.
 
     Shape:
-        ``src``: ``[batch, n_src]``, ``tgt``: ``[batch, n_tgt]`` (integer ids) ->
-        logits ``[batch, n_tgt, tgt_vocab]``.
+        ``src``: ``[b, n_src]``, ``tgt``: ``[b, n_tgt]`` (integer ids) ->
+        logits ``[b, n_tgt, tgt_vocab]``.
 
     Raises:
         ValueError: a size that is not a positive int, or ``pad_id`` outside a vocabulary.
@@ -230,7 +230,7 @@ class EncoderDecoder(nn.Module):
         kw = {"device": device, "dtype": dtype}
         self.src_embed = TokenEmbedding(src_vocab, embed_dim, pad_id=pad_id, **kw)
         self.tgt_embed = TokenEmbedding(tgt_vocab, embed_dim, pad_id=pad_id, **kw)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout_module(dropout)
         stack = {"dropout": dropout, "activation": activation, "norm_first": norm_first,
                  "layer_norm_eps": layer_norm_eps, **kw}
         self.encoder = Encoder(embed_dim, num_heads, ff_dim, num_layers, **stack)

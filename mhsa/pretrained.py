@@ -69,8 +69,8 @@ class BertEmbeddings(nn.Module):
         dropout: probability of zeroing an entry in training mode.
 
     Shape:
-        ``token_ids`` ``[batch, n]`` (int64), optional ``token_type_ids`` ``[batch, n]``
-        (default all 0) -> ``[batch, n, embed_dim]``.
+        ``token_ids`` ``[b, n]`` (int64), optional ``token_type_ids`` ``[b, n]``
+        (default all 0) -> ``[b, n, e]``.
 
     Raises:
         ValueError: (forward) ``n`` exceeds ``max_positions``.

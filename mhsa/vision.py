@@ -61,8 +61,8 @@ class VisionTransformer(nn.Module):
         patch_size, in_channels: as given.
 
     Shape:
-        ``images``: ``[batch, in_channels, height, width]`` floating ->
-        logits ``[batch, num_classes]``.
+        ``images``: ``[b, c, height, width]`` floating ->
+        logits ``[b, num_classes]``.
 
     Raises:
         ValueError: at construction, a size that is not a positive int, an image side that
