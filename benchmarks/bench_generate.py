@@ -34,7 +34,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 
 import mhsa
 from mhsa.measure import interleaved_times
@@ -162,15 +161,17 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     with torch.inference_mode():
         attn(torch.randn(1, n_cached, WIDTH), cache=by_hand)
 
-    def attend_by_hand():  # the same steps as MultiHeadAttention.forward, without it
-        q_, k_, v_ = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
-        q_ = rearrange(q_, "b n (h d) -> b h n d", h=HEADS)
-        k_ = rearrange(k_, "b n (g d) -> b g n d", g=KV_HEADS)
-        v_ = rearrange(v_, "b n (g d) -> b g n d", g=KV_HEADS)
+    def split(t, heads):  # what MultiHeadAttention.forward runs for "b n (h d) -> b h n d"
+        return t.unflatten(-1, (heads, -1)).transpose(1, 2)
+
+    def attend_by_hand():  # the steps of MultiHeadAttention.forward, without it
+        q_ = split(F.linear(x, attn.q_proj.weight), HEADS)
+        k_ = split(F.linear(x, attn.k_proj.weight), KV_HEADS)
+        v_ = split(F.linear(x, attn.v_proj.weight), KV_HEADS)
         q_, k_ = mhsa.apply_rotary(q_, pos), mhsa.apply_rotary(k_, pos)
         k_, v_ = by_hand.update(k_, v_)
         out = F.scaled_dot_product_attention(q_, k_, v_, enable_gqa=True)
-        attn.out_proj(rearrange(out, "b h n d -> b n (h d)"))
+        F.linear(out.transpose(1, 2).flatten(2), attn.out_proj.weight)
 
     bare_cache, filled = torch.empty(2, 1, KV_HEADS, 8192, d), [n_cached]
 
@@ -193,20 +194,18 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
         slots[:, :, 5:6] = k
         slots[:, :, 6:7] = k
 
-    def split_einops():
-        return (rearrange(x, "b n (h d) -> b h n d", h=HEADS),
-                rearrange(x[..., :KV_HEADS * d], "b n (g d) -> b g n d", g=KV_HEADS),
-                rearrange(x[..., :KV_HEADS * d], "b n (g d) -> b g n d", g=KV_HEADS))
-
     def split_bare():
         return (x.view(1, 1, HEADS, d).transpose(1, 2),
                 x[..., :KV_HEADS * d].view(1, 1, KV_HEADS, d).transpose(1, 2),
                 x[..., :KV_HEADS * d].view(1, 1, KV_HEADS, d).transpose(1, 2))
 
     attention_parts = {
-        "q/k/v projections": (lambda: (attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)),
-                              lambda: F.linear(x, qkv).split([WIDTH, 2 * d, 2 * d], -1)),
-        "head split": (split_einops, split_bare),
+        "q/k/v projections": (
+            lambda: (F.linear(x, attn.q_proj.weight), F.linear(x, attn.k_proj.weight),
+                     F.linear(x, attn.v_proj.weight)),
+            lambda: F.linear(x, qkv).split([WIDTH, 2 * d, 2 * d], -1)),
+        "head split": (lambda: (split(x, HEADS), split(x[..., :2 * d], KV_HEADS),
+                                split(x[..., :2 * d], KV_HEADS)), split_bare),
         "rotary positions": (
             lambda: (mhsa.apply_rotary(q, pos), mhsa.apply_rotary(k, pos)),
             lambda: (bare.rotate(q, n_cached), bare.rotate(k, n_cached))),
@@ -215,7 +214,7 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
             lambda: F.scaled_dot_product_attention(q, keys, keys, enable_gqa=True),
             lambda: F.scaled_dot_product_attention(q, keys, keys, enable_gqa=True)),
         "head merge + out projection": (
-            lambda: attn.out_proj(rearrange(q, "b h n d -> b n (h d)")),
+            lambda: F.linear(q.transpose(1, 2).flatten(2), attn.out_proj.weight),
             lambda: F.linear(q.transpose(1, 2).reshape(1, 1, WIDTH), o)),
     }
     parts = {
