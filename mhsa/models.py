@@ -368,17 +368,18 @@ class EncoderDecoder(nn.Module):
         out[:, 0] = bos_id
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         cached = [KVCache() for _ in self.decoder.layers] if use_cache else None
+        keep = padding_mask_from_ids(out, self.pad_id)  # [b, 1, 1, max_len + 1], built once
         padded = False  # has a pad id been written? Until then no target mask is needed
         for t in range(max_len):  # reads out[:, :t + 1], writes out[:, t + 1]
-            tgt = out[:, :t + 1]
-            tgt_mask = padding_mask_from_ids(tgt, self.pad_id) if padded else None
-            logits = self._decode(tgt, memory, src_mask, tgt_mask, cached)  # [b, new, vocab]
+            tgt_mask = keep[..., :t + 1] if padded else None
+            logits = self._decode(out[:, :t + 1], memory, src_mask, tgt_mask, cached)
             next_id = logits[:, -1].argmax(dim=-1).masked_fill(finished, self.pad_id)  # [b]
             out[:, t + 1] = next_id
+            keep[:, 0, 0, t + 1] = next_id != self.pad_id
             finished |= next_id == eos_id
-            if bool(finished.all()):  # the loop's one check per step, outside every forward
+            if bool(finished.all()):  # the loop's checks, once per step, outside every forward
                 return out[:, 1:t + 2]
-            padded = padded or bool((next_id == self.pad_id).any())
+            padded = padded or not bool(keep[:, 0, 0, t + 1].all())
         return out[:, 1:]
 
 

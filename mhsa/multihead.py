@@ -241,9 +241,10 @@ class MultiHeadAttention(nn.Module):
         # steps 1-2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
         # values: g*d). F.linear with the layers' weights, as torch.nn.MultiheadAttention
         # does: three module calls fewer per step (forward hooks on q_proj & co. do not run)
-        q = F.linear(query, self.q_proj.weight, self.q_proj.bias)
-        k = F.linear(key, self.k_proj.weight, self.k_proj.bias)
-        v = F.linear(value, self.v_proj.weight, self.v_proj.bias)
+        q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
+        q = F.linear(query, q_proj.weight, q_proj.bias)
+        k = F.linear(key, k_proj.weight, k_proj.bias)
+        v = F.linear(value, v_proj.weight, v_proj.bias)
         # steps 3-4: split the heads, "b n (h d) -> b h n d" (keys, values: "b n (g d) -> b g n d")
         q = _split(q, self.num_heads)  # [b, h, n_q, d]
         k, v = _split(k, self.num_kv_heads), _split(v, self.num_kv_heads)  # [b, g, n_k, d]
@@ -272,7 +273,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = fused_attention(q, k, v, mask, is_causal=square_causal, dropout_p=p,
                                            enable_gqa=self.num_kv_heads != self.num_heads), None
         # steps 8-9: merge the heads, "b h n d -> b n (h d)"; step 10: project back to e
-        out = F.linear(_merge(out), self.out_proj.weight, self.out_proj.bias)  # [b, n_q, e]
+        out_proj = self.out_proj
+        out = F.linear(_merge(out), out_proj.weight, out_proj.bias)  # [b, n_q, e]
         return out, (weights if need_weights else None)
 
     def __getstate__(self):

@@ -262,3 +262,22 @@ def test_recorded_attention_with_a_cache_has_one_query_row():
     assert out.shape == (2, 4)
     assert weights["decoder.layers.1.self_attn"].shape == (2, 4, 1, 4)  # 4th step, 4 keys
     assert weights["decoder.layers.1.cross_attn"].shape == (2, 4, 1, 5)
+
+
+def test_greedy_decode_masks_a_generated_pad_like_decode_does():
+    """A pad id the model writes mid-sequence is masked as a key, cached or not, as decode()
+    masks it: the tokens equal a loop that calls decode() on the whole prefix."""
+    model = make_model(4)  # seed and bias chosen so that ignoring the mask changes tokens
+    with torch.no_grad():  # make the pad id (0) likely at some steps, never eos
+        model.lm_head.bias[0] += 0.6
+    src = torch.randint(3, 13, (3, 6), generator=torch.Generator().manual_seed(4))
+    cached = model.greedy_decode(src, bos_id=1, eos_id=-1, max_len=10, use_cache=True)
+    assert (cached == 0).any() and (cached != 0).any()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.ones(3, 1, dtype=torch.long)
+        for _ in range(10):
+            next_id = model.decode(out, memory, src_mask)[:, -1].argmax(-1)
+            out = torch.cat([out, next_id[:, None]], dim=1)
+    assert torch.equal(cached, out[:, 1:])
+    assert torch.equal(model.greedy_decode(src, bos_id=1, eos_id=-1, max_len=10), cached)
