@@ -9,6 +9,7 @@ One mask convention across the package: boolean, True = may attend.
 from . import teaching  # exercise self-checks: mhsa.teaching.check
 from .attention import scaled_dot_product_attention
 from .cache import KVCache
+from .causal_lm import CausalLM
 from .device import default_device
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .masks import (
@@ -32,9 +33,11 @@ from .multihead import MultiHeadAttention
 from .patches import patchify, unpatchify
 from .recording import record_attention
 from .rotary import apply_rotary
+from .swiglu import SwiGLU
 from .vision import VisionTransformer
 
 __all__ = [
+    "CausalLM",
     "Decoder",
     "DecoderLayer",
     "Encoder",
@@ -43,6 +46,7 @@ __all__ = [
     "FeedForward",
     "KVCache",
     "MultiHeadAttention",
+    "SwiGLU",
     "TokenEmbedding",
     "VisionTransformer",
     "apply_rotary",

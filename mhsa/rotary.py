@@ -4,8 +4,9 @@ Legend: b batch, n tokens, h heads, d head_dim, e embed_dim, i query positions, 
 positions. Masks are boolean, True = may attend.
 """
 
+import functools
+
 import torch
-from einops import rearrange
 
 from ._checks import check_tensor
 
@@ -34,7 +35,9 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, *, base: float = 1000
 
     Returns:
         A new tensor with the shape, dtype and device of ``x``; the angles are computed in
-        float32 (float64 for float64 input).
+        float32 (float64 for float64 input). On the CPU, the angles of up to 16 positions
+        are kept between calls, keyed by the positions' values: a decoder asks for the same
+        ones for queries and keys of every layer at each step.
 
     Raises:
         TypeError: ``x`` is not a floating tensor, ``positions`` is not an integer tensor,
@@ -62,7 +65,7 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, *, base: float = 1000
         raise TypeError(f"`base` must be a number, got {type(base).__name__}")
     if base <= 0:
         raise ValueError(f"`base` must be > 0, got {base}")
-    cos, sin = rotary_angles(positions, d, base=base, dtype=x.dtype)
+    cos, sin = _angles(positions, d, float(base), x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     rotated = torch.cat([-x2, x1], dim=-1)  # the pair (x1, x2) turned by 90 degrees
     return x * cos + rotated * sin
@@ -77,8 +80,46 @@ def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
     checks: :func:`apply_rotary` checks its arguments before calling this.
     """
     work = torch.float64 if dtype == torch.float64 else torch.float32
-    k = torch.arange(0, d, 2, device=positions.device, dtype=work)
-    inv_freq = 1.0 / base ** (k / d)  # [d/2], theta_k as transformers computes it
-    angles = positions.to(work)[:, None] * inv_freq[None, :]  # [n, d/2]
-    angles = rearrange([angles, angles], "two n k -> n (two k)")  # [n, d]: halves repeat
+    frequencies = _inverse_frequencies if torch.compiler.is_compiling() else _kept_frequencies
+    inv_freq = frequencies(d, float(base), work, positions.device)  # [d/2]
+    angles = positions.to(work)[:, None] * inv_freq  # [n, d/2]
+    angles = torch.cat([angles, angles], dim=-1)  # [n, d]: the halves repeat
     return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+# Decoding asks for the same few positions over and over: twice per layer (queries, keys)
+# and once per layer at each step. Their angles are kept for short position lists on the CPU,
+# where reading the positions' values costs nothing (on a GPU it would wait for the device).
+_KEEP_UP_TO = 16  # positions per call
+
+
+def _angles(positions: torch.Tensor, d: int, base: float, dtype: torch.dtype):
+    """:func:`rotary_angles`, kept between calls for up to ``_KEEP_UP_TO`` CPU positions."""
+    if positions.device.type != "cpu" or positions.shape[0] > _KEEP_UP_TO \
+            or torch.compiler.is_compiling():  # traced by torch.compile: no value to read
+        return rotary_angles(positions, d, base=base, dtype=dtype)
+    return _kept_angles(tuple(positions.tolist()), d, base, dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_angles(positions: tuple, d: int, base: float, dtype: torch.dtype):
+    """The angles of these position values (normal tensors, never handed to a caller)."""
+    with torch.inference_mode(False):
+        return rotary_angles(torch.tensor(positions, dtype=torch.long), d, base=base,
+                             dtype=dtype)
+
+
+def _inverse_frequencies(d: int, base: float, work: torch.dtype, device) -> torch.Tensor:
+    """``theta_k = base ** (-2k / d)`` for ``k < d/2``, as transformers computes it."""
+    k = torch.arange(0, d, 2, device=device, dtype=work)
+    return 1.0 / base ** (k / d)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_frequencies(d: int, base: float, work: torch.dtype, device) -> torch.Tensor:
+    """:func:`_inverse_frequencies` kept per (d, base, dtype, device); never modified.
+
+    A normal tensor, also when first made in inference mode, so autograd may save it.
+    """
+    with torch.inference_mode(False):
+        return _inverse_frequencies(d, base, work, device)

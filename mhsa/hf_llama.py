@@ -1,0 +1,106 @@
+"""Reading a transformers Llama or Mistral causal LM: its configuration and its weights.
+
+transformers is never imported here: the functions read the model object they are given
+(its ``config`` and submodules), so ``mhsa`` does not depend on transformers.
+"""
+
+import torch
+
+SUPPORTED = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral"}
+
+
+def config_from_hf_llama(model) -> dict:
+    """Keyword arguments of :class:`mhsa.CausalLM` for a transformers Llama or Mistral model.
+
+    Args:
+        model: a transformers ``LlamaForCausalLM`` or ``MistralForCausalLM``.
+
+    Returns:
+        ``{"vocab_size", "embed_dim", "num_heads", "ff_dim", "num_layers", "num_kv_heads",
+        "qkv_dim", "rope_base", "window", "norm_eps", "tie_embeddings"}``.
+
+    Raises:
+        TypeError: ``model`` is not one of those two classes.
+        ValueError: a configuration :class:`mhsa.CausalLM` cannot represent (see
+            :meth:`mhsa.CausalLM.from_hf_llama`).
+    """
+    name = type(model).__name__
+    config = getattr(model, "config", None)
+    if name not in SUPPORTED or getattr(config, "model_type", None) != SUPPORTED[name]:
+        raise TypeError("`model` must be a transformers LlamaForCausalLM or "
+                        f"MistralForCausalLM, got {name}")
+    _check_representable(config)
+    head_dim = getattr(config, "head_dim", None) or \
+        config.hidden_size // config.num_attention_heads
+    return {
+        "vocab_size": config.vocab_size,
+        "embed_dim": config.hidden_size,
+        "num_heads": config.num_attention_heads,
+        "ff_dim": config.intermediate_size,
+        "num_layers": config.num_hidden_layers,
+        "num_kv_heads": config.num_key_value_heads or config.num_attention_heads,
+        "qkv_dim": config.num_attention_heads * head_dim,
+        "rope_base": float(_rope_parameters(config).get("rope_theta", 10000.0)),
+        "window": getattr(config, "sliding_window", None),  # Mistral only
+        "norm_eps": config.rms_norm_eps,
+        "tie_embeddings": bool(config.tie_word_embeddings),
+    }
+
+
+def _rope_parameters(config) -> dict:
+    """transformers 5.x: ``config.rope_parameters``; 4.x: ``rope_theta`` and ``rope_scaling``."""
+    params = getattr(config, "rope_parameters", None)
+    if params is None:
+        params = dict(getattr(config, "rope_scaling", None) or {})
+        params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
+    return params
+
+
+def _check_representable(config) -> None:
+    """``ValueError`` naming the first setting that :class:`mhsa.CausalLM` cannot represent."""
+    rope = _rope_parameters(config)
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    problems = [
+        (rope_type != "default",
+         f"rope type {rope_type!r} (only 'default' rotary embeddings, without scaling)"),
+        (bool(getattr(config, "attention_bias", False)), "attention_bias=True (no biases)"),
+        (bool(getattr(config, "mlp_bias", False)), "mlp_bias=True (no biases)"),
+        (getattr(config, "hidden_act", "silu") != "silu",
+         f"hidden_act={getattr(config, 'hidden_act', None)!r} (SwiGLU uses 'silu')"),
+        (bool(getattr(config, "attention_dropout", 0.0)),
+         f"attention_dropout={getattr(config, 'attention_dropout', None)} (no dropout)"),
+    ]
+    for bad, what in problems:
+        if bad:
+            raise ValueError(f"`model` has {what}: mhsa.CausalLM cannot represent it")
+
+
+@torch.no_grad()
+def copy_hf_llama_weights(ours, model) -> None:
+    """Copy every weight of a transformers Llama/Mistral causal LM into ``ours`` (in place).
+
+    ``ours`` is a :class:`mhsa.CausalLM` built with :func:`config_from_hf_llama`'s
+    arguments. The names map one to one: ``embed_tokens -> embed``,
+    ``input_layernorm -> norm1``, ``self_attn.{q,k,v}_proj -> attn.{q,k,v}_proj``,
+    ``o_proj -> attn.out_proj``, ``post_attention_layernorm -> norm2``,
+    ``mlp -> feed_forward`` (same ``gate/up/down_proj`` names), ``norm``, ``lm_head``.
+    """
+    theirs = model.model
+    pairs = [(ours.embed.weight, theirs.embed_tokens.weight), (ours.norm.weight, theirs.norm.weight)]
+    if not ours.tie_embeddings:
+        pairs.append((ours.lm_head.weight, model.lm_head.weight))
+    for mine, their in zip(ours.layers, theirs.layers, strict=True):
+        attn, mlp = their.self_attn, their.mlp
+        pairs += [
+            (mine.norm1.weight, their.input_layernorm.weight),
+            (mine.attn.q_proj.weight, attn.q_proj.weight),
+            (mine.attn.k_proj.weight, attn.k_proj.weight),
+            (mine.attn.v_proj.weight, attn.v_proj.weight),
+            (mine.attn.out_proj.weight, attn.o_proj.weight),
+            (mine.norm2.weight, their.post_attention_layernorm.weight),
+            (mine.feed_forward.gate_proj.weight, mlp.gate_proj.weight),
+            (mine.feed_forward.up_proj.weight, mlp.up_proj.weight),
+            (mine.feed_forward.down_proj.weight, mlp.down_proj.weight),
+        ]
+    for mine, their in pairs:
+        mine.copy_(their)

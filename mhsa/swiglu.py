@@ -1,0 +1,57 @@
+"""The SwiGLU feed-forward network of Llama and Mistral: a gated two-layer network per token.
+
+Legend: b batch, n tokens, e embed_dim. Like :class:`mhsa.FeedForward`, it is applied to
+every token on its own; no information moves between tokens here.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import check_positive_int
+
+
+class SwiGLU(nn.Module):
+    r"""Gated feed-forward network: ``down_proj(silu(gate_proj(x)) * up_proj(x))``.
+
+    Two projections up to ``ff_dim``: one goes through SiLU (``x * sigmoid(x)``, Swish
+    with beta = 1) and gates the other elementwise; a third projects back to ``e``::
+
+        FFN_SwiGLU(x) = (Swish_1(x W) * (x V)) W_2        # W = gate_proj, V = up_proj
+
+    Three weight matrices instead of two, so Llama shrinks ``ff_dim`` to about
+    ``8/3 * e`` (e.g. 11008 for ``e = 4096``) to keep the parameter count of a ``4 * e``
+    ReLU network. The attribute names are those of transformers' ``LlamaMLP``.
+
+    Args:
+        embed_dim: width ``e`` of the input and output, ``int >= 1``.
+        ff_dim: width of the hidden (gated) layer, ``int >= 1``.
+        bias: add a learnable bias to the three projections (Llama and Mistral: none).
+        device, dtype: where and in which floating dtype to create the parameters.
+
+    Attributes:
+        gate_proj, up_proj: ``nn.Linear(embed_dim, ff_dim)``; down_proj:
+            ``nn.Linear(ff_dim, embed_dim)``.
+
+    Shape:
+        ``[..., embed_dim] -> [..., embed_dim]``, floating, the module's dtype.
+
+    Raises:
+        ValueError: ``embed_dim`` or ``ff_dim`` is not a positive int.
+
+    Source: Shazeer 2020, "GLU Variants Improve Transformer", section 2 (equation 6,
+    FFN_SwiGLU); Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language
+    Models", section 2.2 (SwiGLU with a ``2/3 * 4e`` hidden width).
+    """
+
+    def __init__(self, embed_dim, ff_dim, *, bias=False, device=None, dtype=None):
+        super().__init__()
+        check_positive_int("embed_dim", embed_dim)
+        check_positive_int("ff_dim", ff_dim)
+        kw = {"bias": bias, "device": device, "dtype": dtype}
+        self.gate_proj = nn.Linear(embed_dim, ff_dim, **kw)  # e -> ff_dim, through SiLU
+        self.up_proj = nn.Linear(embed_dim, ff_dim, **kw)  # e -> ff_dim, gated
+        self.down_proj = nn.Linear(ff_dim, embed_dim, **kw)  # ff_dim -> e
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

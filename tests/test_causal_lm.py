@@ -1,0 +1,298 @@
+"""mhsa.CausalLM: equal to transformers' Llama and Mistral, and cached decoding equals the full pass.
+
+Oracles: transformers' ``LlamaForCausalLM`` and ``MistralForCausalLM`` (test oracles only;
+mhsa does not import transformers) on tiny random configurations, weights copied with
+``CausalLM.from_hf_llama``. Tolerances: logits in float32 within 1e-4 (atol and rtol);
+cached against full pass 1e-5. Generated tokens are compared exactly.
+"""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mhsa
+from mhsa import CausalLM, KVCache, SwiGLU
+
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+TOL_CACHE = {"atol": 1e-5, "rtol": 1e-5}
+VOCAB = 97
+
+
+def hf_model(kind="llama", *, heads=4, kv_heads=2, head_dim=None, theta=10000.0, window=None,
+             tie=False, hidden=32, layers=2, seed=0):
+    """A tiny random transformers Llama or Mistral, eval mode, with spread-out weights.
+
+    Weights are redrawn with unit-variance activations (transformers' 0.02 init gives
+    near-uniform logits, where greedy argmax would hinge on rounding), and every RMSNorm
+    weight is drawn in [0.5, 1.5] so that no norm is the identity.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+    kw = {"vocab_size": VOCAB, "hidden_size": hidden, "intermediate_size": 48,
+          "num_hidden_layers": layers, "num_attention_heads": heads,
+          "num_key_value_heads": kv_heads, "head_dim": head_dim, "rms_norm_eps": 1e-5,
+          "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+          "tie_word_embeddings": tie, "bos_token_id": None, "eos_token_id": None,
+          "pad_token_id": None}
+    if kind == "llama":
+        config, cls = LlamaConfig(**kw), LlamaForCausalLM
+    else:
+        extra = {} if window == "default" else {"sliding_window": window}
+        config, cls = MistralConfig(**kw, **extra), MistralForCausalLM
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+            elif p.dim() == 2:
+                p.normal_(0.0, 1.0 if "embed" in name else p.shape[1] ** -0.5)
+    return model
+
+
+CASES = {  # name: hf_model keyword arguments
+    "grouped-query": {},
+    "multi-query": {"kv_heads": 1},
+    "multi-head": {"kv_heads": 4},
+    "tied embeddings": {"tie": True},
+    "rope theta 500": {"theta": 500.0},
+    "head_dim 16 apart from hidden/heads": {"head_dim": 16},
+    "mistral window 3": {"kind": "mistral", "window": 3},
+    "mistral multi-query window 1": {"kind": "mistral", "kv_heads": 1, "window": 1},
+    "mistral default window": {"kind": "mistral", "window": "default"},
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def pair(request):
+    theirs = hf_model(**CASES[request.param])
+    return CausalLM.from_hf_llama(theirs), theirs
+
+
+def test_logits_equal_transformers(pair):
+    ours, theirs = pair
+    ids = torch.randint(VOCAB, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = theirs(ids).logits
+        got = ours(ids)
+    assert got.shape == (2, 11, VOCAB) and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, **TOL)
+
+
+def test_padded_batch_equals_transformers_with_attention_mask(pair):
+    """Right padding: our padding mask (True = real token) against transformers' 2-D mask."""
+    ours, theirs = pair
+    ids = torch.randint(VOCAB, (3, 9), generator=torch.Generator().manual_seed(2))
+    lengths = torch.tensor([9, 5, 2])
+    with torch.no_grad():
+        expected = theirs(ids, attention_mask=mhsa.padding_mask(lengths, 9)[:, 0, 0].long()).logits
+        got = ours(ids, attn_mask=mhsa.padding_mask(lengths, 9))
+    real = mhsa.padding_mask(lengths, 9)[:, 0, 0]  # padded positions: nobody reads them
+    torch.testing.assert_close(got[real], expected[real], **TOL)
+
+
+def test_configuration_is_read_from_transformers():
+    theirs = hf_model("mistral", window="default", tie=True, theta=500.0, head_dim=16)
+    ours = CausalLM.from_hf_llama(theirs)
+    attn = ours.layers[0].attn
+    assert (attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.qkv_dim) == (4, 2, 16, 64)
+    assert attn.window == 4096 and attn.rope_base == 500.0  # MistralConfig's default window
+    assert ours.layers[1].norm1.eps == 1e-5 and ours.norm.eps == 1e-5
+    assert ours.lm_head.weight is ours.embed.weight and not ours.training
+    assert hf_model("llama").config.tie_word_embeddings is False
+    assert CausalLM.from_hf_llama(hf_model("llama")).lm_head.weight is not \
+        CausalLM.from_hf_llama(hf_model("llama")).embed.weight
+    assert CausalLM.from_hf_llama(hf_model("llama")).layers[0].attn.window is None
+
+
+@pytest.mark.parametrize("case", ["llama", "mistral window 4"])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_tokens_equal_transformers_generate(case, use_cache):
+    """Mistral's window (4) is shorter than prompt + generated text (5 + 12)."""
+    theirs = hf_model() if case == "llama" else hf_model("mistral", window=4, seed=3)
+    ours = CausalLM.from_hf_llama(theirs)
+    ids = torch.randint(VOCAB, (2, 5), generator=torch.Generator().manual_seed(4))
+    expected = theirs.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                               max_new_tokens=12, min_new_tokens=12, use_cache=use_cache)
+    got = ours.generate(ids, 12, use_cache=use_cache)
+    assert got.shape == (2, 17) and got.dtype == torch.int64
+    assert torch.equal(got, expected)
+    assert len(set(got[0, 5:].tolist())) > 1  # not one token repeated: the test can fail
+
+
+def small_model(num_kv_heads, window, seed, tie=False):
+    torch.manual_seed(seed)
+    return CausalLM(VOCAB, 32, 4, 48, 2, num_kv_heads=num_kv_heads, window=window,
+                    rope_base=100.0, tie_embeddings=tie).eval()
+
+
+variants = st.tuples(st.sampled_from([4, 2, 1]), st.sampled_from([None, 1, 2, 3, 6]))
+
+
+@given(variant=variants, seed=st.integers(0, 2**16), data=st.data())
+def test_cached_decoding_in_chunks_equals_the_full_pass(variant, seed, data):
+    """Prefill in chunks of any sizes, one KVCache per layer, positions from the cache length."""
+    model = small_model(*variant, seed)
+    sizes = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=5))
+    ids = torch.randint(VOCAB, (2, sum(sizes)), generator=torch.Generator().manual_seed(seed))
+    caches, chunks, start = [KVCache() for _ in model.layers], [], 0
+    with torch.no_grad():
+        for size in sizes:
+            x = model.embed(ids[:, start:start + size])
+            for layer, cache in zip(model.layers, caches):
+                x = layer(x, cache=cache)
+            chunks.append(model.lm_head(model.norm(x)))
+            start += size
+        torch.testing.assert_close(torch.cat(chunks, dim=1), model(ids), **TOL_CACHE)
+
+
+@settings(max_examples=20)  # each example generates twice
+@given(variant=variants, seed=st.integers(0, 2**16), n=st.integers(1, 6),
+       new=st.integers(0, 9))
+def test_cached_generate_equals_uncached(variant, seed, n, new):
+    model = small_model(*variant, seed, tie=seed % 2 == 0)
+    ids = torch.randint(VOCAB, (2, n), generator=torch.Generator().manual_seed(seed))
+    cached = model.generate(ids, new)
+    assert cached.shape == (2, n + new) and torch.equal(cached[:, :n], ids)
+    assert torch.equal(cached, model.generate(ids, new, use_cache=False))
+
+
+def test_generated_token_is_the_argmax_of_the_full_pass():
+    model = small_model(2, 3, seed=5)
+    ids = torch.randint(VOCAB, (3, 4), generator=torch.Generator().manual_seed(5))
+    out = model.generate(ids, 6)
+    with torch.no_grad():
+        logits = model(out[:, :-1])
+    assert torch.equal(out[:, 4:], logits[:, 3:].argmax(dim=-1))
+
+
+def test_swiglu_is_silu_gate_times_up_then_down():
+    torch.manual_seed(6)
+    ff = SwiGLU(8, 12)
+    x = torch.randn(2, 3, 8)
+    gate, up = x @ ff.gate_proj.weight.T, x @ ff.up_proj.weight.T
+    expected = (gate * torch.sigmoid(gate) * up) @ ff.down_proj.weight.T
+    torch.testing.assert_close(ff(x), expected, atol=1e-6, rtol=1e-6)
+    assert ff.gate_proj.bias is None and SwiGLU(8, 12, bias=True).up_proj.bias.shape == (12,)
+
+
+def test_swiglu_equals_transformers_llama_mlp():
+    theirs = hf_model().model.layers[0].mlp
+    ours = CausalLM.from_hf_llama(hf_model()).layers[0].feed_forward
+    x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
+
+
+def test_runs_in_float64_and_keeps_the_dtype():
+    """Tolerance 1e-5: transformers computes the rotary angles in float32 even for float64
+    weights, mhsa in float64."""
+    theirs = hf_model(seed=8).double()
+    ours = CausalLM.from_hf_llama(theirs)
+    ids = torch.randint(VOCAB, (1, 7), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        got, expected = ours(ids), theirs(ids).logits
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"vocab_size": 0}, ValueError, "`vocab_size` must be a positive int, got 0"),
+    ({"vocab_size": 10.0}, TypeError, "`vocab_size` must be an int, got float"),
+    ({"num_layers": 0}, ValueError, "`num_layers` must be a positive int, got 0"),
+    ({"embed_dim": "32"}, TypeError, "`embed_dim` must be an int, got str"),
+    ({"num_kv_heads": 3}, ValueError, r"`num_heads` \(4\) must be divisible by `num_kv_heads` \(3\)"),
+    ({"norm_eps": 0.0}, ValueError, "`norm_eps` must be > 0, got 0.0"),
+    ({"norm_eps": "1e-6"}, TypeError, "`norm_eps` must be a number, got str"),
+    ({"tie_embeddings": 1}, TypeError, "`tie_embeddings` must be a bool, got int"),
+    ({"window": 0}, ValueError, "`window` must be a positive int, got 0"),
+])
+def test_constructor_rejects_bad_arguments(kwargs, error, match):
+    args = {"vocab_size": VOCAB, "embed_dim": 32, "num_heads": 4, "ff_dim": 48, "num_layers": 2}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        CausalLM(**args)
+
+
+@pytest.mark.parametrize("ids, error, match", [
+    (torch.zeros(2, 3), TypeError, "`ids` must be an integer tensor .*got torch.float32"),
+    ([[1, 2]], TypeError, "`ids` must be an integer tensor .*got list"),
+    (torch.zeros(3, dtype=torch.long), ValueError, r"`ids` must be 2-D \[batch, n\], got shape \(3,\)"),
+    (torch.zeros(2, 0, dtype=torch.long), ValueError, "`ids` must hold at least one token"),
+])
+def test_forward_and_generate_reject_bad_ids(ids, error, match):
+    model = small_model(2, None, seed=0)
+    with pytest.raises(error, match=match):
+        model(ids)
+    with pytest.raises(error, match=match):
+        model.generate(ids, 2)
+
+
+@pytest.mark.parametrize("mask, error, match", [
+    (torch.ones(2, 1, 1, 5), TypeError, "`attn_mask` must be torch.bool"),
+    (torch.ones(2, 1, 1, 4, dtype=torch.bool), ValueError, "`attn_mask` of shape"),
+])
+def test_forward_rejects_bad_masks(mask, error, match):
+    model = small_model(2, None, seed=0)
+    with pytest.raises(error, match=match):
+        model(torch.zeros(2, 5, dtype=torch.long), attn_mask=mask)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"max_new_tokens": -1}, ValueError, "`max_new_tokens` must be an int >= 0, got -1"),
+    ({"max_new_tokens": 2.0}, TypeError, "`max_new_tokens` must be an int, got float"),
+    ({"max_new_tokens": 2, "use_cache": "yes"}, TypeError, "`use_cache` must be a bool, got str"),
+])
+def test_generate_rejects_bad_arguments(kwargs, error, match):
+    model = small_model(2, None, seed=0)
+    with pytest.raises(error, match=match):
+        model.generate(torch.zeros(1, 3, dtype=torch.long), **kwargs)
+
+
+def test_generate_zero_tokens_returns_the_prompt():
+    model = small_model(2, None, seed=0)
+    ids = torch.tensor([[3, 1, 4]])
+    assert torch.equal(model.generate(ids, 0), ids)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
+     "rope type 'linear'"),
+    ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 5e5,
+                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 64}}, "rope type 'llama3'"),
+    ({"attention_bias": True}, "attention_bias=True"),
+    ({"mlp_bias": True}, "mlp_bias=True"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ({"attention_dropout": 0.1}, "attention_dropout=0.1"),
+])
+def test_from_hf_llama_refuses_what_it_cannot_represent(change, match):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                         num_hidden_layers=1, num_attention_heads=4, **change)
+    with pytest.raises(ValueError, match=match + ".*mhsa.CausalLM cannot represent it"):
+        CausalLM.from_hf_llama(LlamaForCausalLM(config))
+
+
+def test_from_hf_llama_refuses_other_models():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
+    with pytest.raises(TypeError, match="LlamaForCausalLM or MistralForCausalLM, got GPT2LMHeadModel"):
+        CausalLM.from_hf_llama(model)
+    with pytest.raises(TypeError, match="got Module"):
+        CausalLM.from_hf_llama(torch.nn.Module())
+
+
+def test_mhsa_does_not_import_transformers():
+    import subprocess
+    import sys
+
+    code = "import sys, mhsa; print('transformers' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "False"

@@ -1,0 +1,184 @@
+"""Rotary position embedding: equal to transformers' Llama, relative by construction.
+
+Oracle: transformers' ``apply_rotary_pos_emb`` with the cos/sin of ``LlamaRotaryEmbedding``
+(a test oracle only; mhsa does not import transformers). Tolerances: float32 1e-6 (atol and
+rtol; both compute the same products in the same order up to the angle table), float64 1e-12.
+"""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mhsa
+from mhsa import apply_rotary
+
+TOL32 = {"atol": 1e-6, "rtol": 1e-6}
+TOL64 = {"atol": 1e-12, "rtol": 1e-12}
+
+
+def transformers_rotary(q, k, positions, base):
+    """transformers' Llama: cos/sin from its rotary module, then ``apply_rotary_pos_emb``."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import (
+        LlamaRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+
+    heads, d = q.shape[1], q.shape[-1]
+    config = LlamaConfig(hidden_size=heads * d, num_attention_heads=heads, head_dim=d,
+                         rope_parameters={"rope_type": "default", "rope_theta": base})
+    cos, sin = LlamaRotaryEmbedding(config)(q, positions[None, :].expand(q.shape[0], -1))
+    return apply_rotary_pos_emb(q, k, cos, sin)
+
+
+@pytest.mark.parametrize("base", [10000.0, 500.0, 1e6])
+@pytest.mark.parametrize("d", [2, 8, 32])
+@pytest.mark.parametrize("positions", [torch.arange(6), torch.arange(6) + 100,
+                                       torch.tensor([7, 0, 3, 3, 250, 1])])
+def test_equals_transformers_apply_rotary_pos_emb(base, d, positions):
+    torch.manual_seed(d)
+    q, k = torch.randn(2, 4, 6, d), torch.randn(2, 4, 6, d)
+    q_ref, k_ref = transformers_rotary(q, k, positions, base)
+    torch.testing.assert_close(apply_rotary(q, positions, base=base), q_ref, **TOL32)
+    torch.testing.assert_close(apply_rotary(k, positions, base=base), k_ref, **TOL32)
+
+
+def test_half_split_convention_pairs_dimension_k_with_k_plus_half():
+    """One pair turned by a quarter turn: only dimensions 0 and d/2 = 2 move (not 0 and 1)."""
+    x = torch.tensor([[[1.0, 0.0, 0.0, 0.0]]])  # [1, n=1, d=4]: unit vector on dimension 0
+    base = 1.0  # theta_k = 1 for every k: the angle is the position itself
+    out = apply_rotary(x, torch.tensor([1]), base=base)
+    expected = torch.tensor([[[torch.cos(torch.tensor(1.0)), 0.0, torch.sin(torch.tensor(1.0)),
+                               0.0]]])
+    torch.testing.assert_close(out, expected, **TOL32)
+
+
+def rotated_score(q, k, m, n, base=10000.0):
+    """Dot product of ``q`` at position ``m`` with ``k`` at position ``n`` (float64)."""
+    q_m = apply_rotary(q[None, :], torch.tensor([m]), base=base)[0]
+    k_n = apply_rotary(k[None, :], torch.tensor([n]), base=base)[0]
+    return q_m @ k_n
+
+
+@given(m=st.integers(0, 2000), n=st.integers(0, 2000), shift=st.integers(-500, 2000),
+       seed=st.integers(0, 2**16))
+def test_score_depends_only_on_the_offset_between_positions(m, n, shift, seed):
+    """RoFormer's equation 16: <R_m q, R_n k> = <q, R_{n-m} k>, so moving both by ``shift``
+    leaves the score unchanged."""
+    shift = max(shift, -min(m, n))  # positions stay >= 0
+    generator = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, 16, generator=generator, dtype=torch.float64)
+    same = rotated_score(q, k, m + shift, n + shift)
+    torch.testing.assert_close(same, rotated_score(q, k, m, n), **TOL64)
+    torch.testing.assert_close(same, rotated_score(q, k, 0, n - m) if n >= m
+                               else rotated_score(q, k, m - n, 0), **TOL64)
+
+
+def test_score_changes_with_the_offset():
+    """The relative property is not trivial: another offset gives another score."""
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 16, dtype=torch.float64)
+    scores = torch.stack([rotated_score(q, k, 10, n) for n in range(10)])
+    assert (scores.diff().abs() > 1e-3).all()
+
+
+def test_rotation_keeps_norms_and_position_zero_is_identity():
+    torch.manual_seed(1)
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    out = apply_rotary(x, torch.tensor([0, 1, 2, 50, 4000]))
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), **TOL64)
+    torch.testing.assert_close(out[:, 0], x[:, 0], atol=0.0, rtol=0.0)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 2e-2),
+                                        (torch.float64, 1e-6)])
+def test_returns_a_new_tensor_of_the_input_dtype(dtype, tol):
+    torch.manual_seed(2)
+    x32 = torch.randn(2, 3, 7, 8)
+    x = x32.to(dtype)
+    before = x.clone()
+    out = apply_rotary(x, torch.arange(7) + 3)
+    assert out.dtype == dtype and out.shape == x.shape and out.data_ptr() != x.data_ptr()
+    assert torch.equal(x, before)  # the input is left as it was
+    reference = apply_rotary(x.to(torch.float32), torch.arange(7) + 3)
+    torch.testing.assert_close(out.to(torch.float32), reference, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("x, positions, base, error, match", [
+    (torch.zeros(4, 8, dtype=torch.long), torch.arange(4), 10000.0, TypeError,
+     "`x` must be a floating-point tensor, got torch.int64"),
+    ([[0.0]], torch.arange(1), 10000.0, TypeError, "`x` must be a torch.Tensor, got list"),
+    (torch.zeros(8), torch.arange(1), 10000.0, ValueError,
+     r"`x` must be at least 2-D, got shape \(8,\)"),
+    (torch.zeros(4, 7), torch.arange(4), 10000.0, ValueError,
+     r"`x` must have an even last dimension d, got shape \(4, 7\)"),
+    (torch.zeros(4, 8), torch.arange(4.0), 10000.0, TypeError,
+     "`positions` must be an integer tensor .*got torch.float32"),
+    (torch.zeros(4, 8), [0, 1, 2, 3], 10000.0, TypeError,
+     r"`positions` must be an integer tensor \[n\], got list"),
+    (torch.zeros(4, 8), torch.ones(4, dtype=torch.bool), 10000.0, TypeError,
+     "`positions` must be an integer tensor .*got torch.bool"),
+    (torch.zeros(4, 8), torch.arange(5), 10000.0, ValueError,
+     r"`positions` must be \[n\] with n = x.shape\[-2\] = 4, got shape \(5,\)"),
+    (torch.zeros(4, 8), torch.arange(4)[None], 10000.0, ValueError,
+     r"`positions` must be \[n\] .* got shape \(1, 4\)"),
+    (torch.zeros(4, 8), torch.arange(4), "10000", TypeError, "`base` must be a number, got str"),
+    (torch.zeros(4, 8), torch.arange(4), True, TypeError, "`base` must be a number, got bool"),
+    (torch.zeros(4, 8), torch.arange(4), 0.0, ValueError, "`base` must be > 0, got 0.0"),
+    (torch.zeros(4, 8), torch.arange(4), -5, ValueError, "`base` must be > 0, got -5"),
+])
+def test_rejects_bad_input(x, positions, base, error, match):
+    with pytest.raises(error, match=match):
+        apply_rotary(x, positions, base=base)
+
+
+def test_is_exported_at_the_top_level():
+    assert mhsa.apply_rotary is apply_rotary
+
+
+@pytest.mark.parametrize("positions", [torch.tensor([5]), torch.arange(16) + 3,
+                                       torch.tensor([7, 0, 3], dtype=torch.int32),
+                                       torch.arange(40)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_kept_angles_equal_freshly_computed_ones_exactly(positions, dtype):
+    """Short CPU position lists reuse their angles between calls; longer ones do not."""
+    from mhsa.rotary import rotary_angles
+
+    torch.manual_seed(3)
+    x = torch.randn(2, 3, len(positions), 8).to(dtype)
+    cos, sin = rotary_angles(positions, 8, base=500.0, dtype=dtype)
+    expected = x * cos + torch.cat([-x[..., 4:], x[..., :4]], dim=-1) * sin
+    for _ in range(2):  # the second call reads the kept angles
+        assert torch.equal(apply_rotary(x, positions, base=500.0), expected)
+
+
+def test_kept_angles_follow_the_values_and_serve_autograd():
+    """Changing ``positions`` in place changes the angles; angles first made in inference
+    mode still work under autograd."""
+    positions = torch.tensor([2])
+    x = torch.randn(1, 2, 1, 8, dtype=torch.float64)
+    with torch.inference_mode():
+        at_two = apply_rotary(x, positions)
+    positions += 3
+    torch.testing.assert_close(apply_rotary(x, positions), apply_rotary(x, torch.tensor([5])),
+                               atol=0.0, rtol=0.0)
+    assert not torch.equal(apply_rotary(x, positions), at_two)
+    leaf = x.clone().requires_grad_()
+    apply_rotary(leaf, torch.tensor([2])).pow(2).sum().backward()
+    torch.testing.assert_close(leaf.grad, 2 * x, **TOL64)  # a rotation keeps norms
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="no torch.compile here")
+def test_compiles_without_graph_break_or_warning():
+    """Under torch.compile nothing is kept between calls: the angles are traced inline."""
+    import warnings
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, p: apply_rotary(x, p, base=100.0), fullgraph=True,
+                             backend="eager")  # fullgraph: a graph break raises
+    x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = compiled(x, torch.arange(5) + 2)
+    torch.testing.assert_close(got, apply_rotary(x, torch.arange(5) + 2, base=100.0), **TOL32)
