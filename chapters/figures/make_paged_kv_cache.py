@@ -14,8 +14,8 @@ OUTPUT = Path(__file__).with_name("paged_kv_cache.svg")
 BLOCK = 4  # tokens per block in the drawing (vLLM's default is 16)
 # sequence name -> (its tokens, the physical block of each logical block), colour
 SEQUENCES = {
-    "A": ("Four score and seven years ago our fathers brought".split(), [5, 1, 3], "#4C72B0"),
-    "B": ("It was the best of times".split(), [7, 2], "#DD8452"),
+    "A": (["Four", "score", "and", "seven", "years", "ago", "our", "fathers", "brought"], [5, 1, 3], "#4C72B0"),
+    "B": (["It", "was", "the", "best", "of", "times"], [7, 2], "#DD8452"),
 }
 N_PHYSICAL = 8
 CELL_W, CELL_H = 1.1, 0.55

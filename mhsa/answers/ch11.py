@@ -24,7 +24,7 @@ def _mistral_windowed_cache_mib() -> float:
 
 def _induction_target() -> float:
     """11.3: in "x a b c d x a b", the position an induction head at the last "b" attends to."""
-    symbols = "x a b c d x a b".split()
+    symbols = ["x", "a", "b", "c", "d", "x", "a", "b"]
     current = len(symbols) - 1
     earlier = max(i for i in range(current) if symbols[i] == symbols[current])
     return float(earlier + 1)
