@@ -1,4 +1,4 @@
-"""Draw the course's learning path for the preface: chapters 1-9 as boxes, grouped by part.
+"""Draw the course's learning path for the preface: chapters 1-11 as boxes, grouped by part.
 
 Run from anywhere with the course's Python: ``python chapters/figures/make_learning_path.py``.
 It rewrites ``learning_path.svg`` next to this file; the output is byte-for-byte reproducible.
@@ -31,8 +31,12 @@ PARTS = [
     ("Part V: Making attention fast", [
         (9, "Making attention\nfast", "fused kernels and\nthe KV cache"),
     ]),
+    ("Part VI: Attention in today's language models", [
+        (10, "Decoder-only\nlanguage models", "a model on real text,\ngrouped-query heads"),
+        (11, "Positions, windows\nand induction", "rotary positions,\ncopying from context"),
+    ]),
 ]
-COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52"]
+COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52", "#937860"]
 OUTPUT = Path(__file__).with_name("learning_path.svg")
 
 BOX_W, BOX_H = 2.1, 1.15  # one chapter box, in data units (inches at this figure size)
@@ -78,9 +82,10 @@ def draw() -> plt.Figure:
                                         facecolor="white", edgecolor=colour, linewidth=1.8))
             ax.text(x + 0.14, y + BOX_H - 0.2, str(number), fontsize=15, fontweight="bold",
                     color=colour, va="top", ha="left")
-            ax.text(x + 0.48, y + BOX_H - 0.2, title, fontsize=9.5, fontweight="bold", va="top",
+            indent = 0.48 if number < 10 else 0.62  # room for a two-digit number
+            ax.text(x + indent, y + BOX_H - 0.2, title, fontsize=9.5, fontweight="bold", va="top",
                     ha="left", linespacing=1.15)
-            ax.text(x + 0.48, y + BOX_H - 0.66, detail, fontsize=8.5, color="#555555", va="top",
+            ax.text(x + indent, y + BOX_H - 0.66, detail, fontsize=8.5, color="#555555", va="top",
                     ha="left", linespacing=1.15)
         if len(chapters) == 2:  # within a part: its first chapter -> its second
             arrow(ax, (x0 + BOX_W + 0.06, y0 + BOX_H / 2), (x0 + BOX_W + GAP - 0.06, y0 + BOX_H / 2))
