@@ -29,10 +29,13 @@ class CausalLMLayer(nn.Module):
         x = x + feed_forward(norm2(x))
 
     Args:
-        embed_dim: width ``e``; num_heads: query heads ``h``; ff_dim: SwiGLU hidden width.
+        embed_dim: width ``e``.
+        num_heads: query heads ``h``.
+        ff_dim: SwiGLU hidden width.
         num_kv_heads: key/value heads, dividing ``num_heads`` (default ``num_heads``).
         qkv_dim: ``num_heads * head_dim`` (default ``embed_dim``).
-        rope_base: rotary base ``theta``; window: sliding window (``None``: full causal).
+        rope_base: rotary base ``theta``.
+        window: sliding window (``None``: full causal).
         norm_eps: epsilon of both RMSNorms.
         device, dtype: where and in which floating dtype to create the parameters.
 
@@ -40,7 +43,8 @@ class CausalLMLayer(nn.Module):
         ``x`` ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``.
 
     Raises:
-        ValueError/TypeError: as :class:`mhsa.MultiHeadAttention` and :class:`mhsa.SwiGLU`.
+        TypeError: as :class:`mhsa.MultiHeadAttention` and :class:`mhsa.SwiGLU`.
+        ValueError: as :class:`mhsa.MultiHeadAttention` and :class:`mhsa.SwiGLU`.
 
     Source: Touvron et al. 2023, "LLaMA", section 2.2 (pre-normalization with RMSNorm,
     SwiGLU, rotary embeddings); Zhang & Sennrich 2019, "Root Mean Square Layer
@@ -79,7 +83,7 @@ class CausalLM(nn.Module):
         embed_dim: width ``e`` of the residual stream.
         num_heads: query heads ``h``.
         ff_dim: hidden width of the SwiGLU network.
-        num_layers: number of :class:`CausalLMLayer`, ``int >= 1``.
+        num_layers: number of :class:`mhsa.causal_lm.CausalLMLayer`, ``int >= 1``.
         num_kv_heads: key/value heads; must divide ``num_heads`` (default ``num_heads``).
         qkv_dim: ``num_heads * head_dim`` (default ``embed_dim``).
         rope_base: rotary base ``theta`` (``rope_theta``), ``> 0``.
@@ -90,9 +94,10 @@ class CausalLM(nn.Module):
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
-        embed: ``nn.Embedding(vocab_size, embed_dim)``; layers: ``nn.ModuleList`` of
-        :class:`CausalLMLayer`; norm: ``nn.RMSNorm``; lm_head: ``nn.Linear(embed_dim,
-        vocab_size, bias=False)``.
+        embed: ``nn.Embedding(vocab_size, embed_dim)``.
+        layers: ``nn.ModuleList`` of :class:`mhsa.causal_lm.CausalLMLayer`.
+        norm: ``nn.RMSNorm``.
+        lm_head: ``nn.Linear(embed_dim, vocab_size, bias=False)``.
 
     Raises:
         TypeError: a size that is not an int, ``norm_eps`` not a number, or
