@@ -120,8 +120,9 @@ def test_token_ids_pad_on_the_right_to_the_longest_text(ours):
     ids, lengths = ours.token_ids(["Hi", "They stoned the witch."])
     assert lengths.tolist() == [3, 8]
     assert ids.shape == (2, 8) and ids.dtype == torch.int64
-    assert ids[0, 3:].tolist() == [0] * 5  # [PAD] has id 0
-    assert ids[:, 0].tolist() == [101, 101]  # [CLS]
+    pad, cls = (ours.tokenizer.token_to_id(token) for token in ("[PAD]", "[CLS]"))
+    assert ids[0, 3:].tolist() == [pad] * 5
+    assert ids[:, 0].tolist() == [cls, cls]
 
 
 def test_input_embeddings_are_static_word_vectors(ours):
@@ -129,10 +130,42 @@ def test_input_embeddings_are_static_word_vectors(ours):
                                            "This guy got completely stoned."])
     stone_1, stone_2 = first[2], second[5]  # the token "stone" in each sentence
     assert torch.equal(stone_1, stone_2)
-    torch.testing.assert_close(stone_1, ours.model.embeddings.word_embeddings.weight[2962])
+    stone = ours.tokenizer.token_to_id("stone")
+    torch.testing.assert_close(stone_1, ours.model.embeddings.word_embeddings.weight[stone])
     contextual = ours.token_embeddings(["They stoned the witch.",
                                         "This guy got completely stoned."])
     assert not torch.allclose(contextual[0, 2], contextual[1, 5], atol=1e-3)
+
+
+def test_chapter_8_answers_match_the_oracles(sentence_transformer):
+    from safetensors.torch import load_file
+    from transformers import BertModel
+
+    from mhsa.teaching import expected_answer
+
+    # 08.1: largest weight any head of any layer puts on "money" from the query "banks"
+    sentence = "She borrowed money from two banks to buy the house."
+    model = BertModel.from_pretrained(str(default_model_path()), attn_implementation="eager")
+    encoding = sentence_transformer.tokenizer(sentence, return_tensors="pt")
+    tokens = sentence_transformer.tokenizer.convert_ids_to_tokens(encoding["input_ids"][0])
+    with torch.no_grad():
+        attentions = torch.stack(model(**encoding, output_attentions=True).attentions)
+    banks_to_money = attentions[:, 0, :, tokens.index("banks"), tokens.index("money")].max()
+    # 08.2: cosine of the two "stoned" sentences' embeddings
+    a, b = sentence_transformer.encode(["They stoned the witch.",
+                                        "This guy got completely stoned."], convert_to_tensor=True)
+    cosine = torch.nn.functional.cosine_similarity(a, b, dim=0)
+    # 08.3: the word table's share of the weights, counted in the checkpoint file (the pooler,
+    # unused for sentence embeddings, and the position_ids buffer are not weights of the encoder)
+    checkpoint = load_file(default_model_path() / "model.safetensors")
+    total = sum(t.numel() for name, t in checkpoint.items()
+                if not name.startswith("pooler.") and not name.endswith("position_ids"))
+    share = checkpoint["embeddings.word_embeddings.weight"].numel() / total
+    # float32 sums over at most 1536 terms, 6 layers deep; the answers are asked to 2 decimals
+    # and compared with 1e-5: the tests above bound the two models' difference by that already
+    assert expected_answer("08.1") == pytest.approx(banks_to_money.item(), abs=1e-5)
+    assert expected_answer("08.2") == pytest.approx(cosine.item(), abs=1e-5)
+    assert expected_answer("08.3") == pytest.approx(share, rel=1e-12)  # a ratio of integers
 
 
 def test_bad_texts_raise(ours):
