@@ -38,7 +38,7 @@ def code_cells(path):
 
 
 def test_every_notebook_is_in_the_table_of_contents():
-    listed = {f for f in toc_files()}
+    listed = set(toc_files())
     assert {f"chapters/{nb.stem}" for nb in NOTEBOOKS} <= listed
 
 
@@ -75,7 +75,8 @@ def test_notebook_is_stored_executed_in_order_without_errors(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_chapter_ends_with_three_exercises_with_hidden_solutions(path):
     text = "".join(
-        "".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"
+        "".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+        if c["cell_type"] == "markdown"
     )
     assert "## Exercises" in text
     exercises = re.findall(r":::\{exercise\}\s*\n:label: (\S+)", text)
@@ -111,7 +112,8 @@ def test_strict_book_build_succeeds_with_stored_outputs(tmp_path):
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     command = [str(jupyter_book), "build", str(ROOT), "-n", "-W", "--keep-going",
                "--config", str(config_rendering_stored_outputs(tmp_path))]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500,
+                            check=False)
     problems = [line for line in (result.stdout + result.stderr).splitlines()
                 if re.search(r"WARNING|ERROR|Error|Traceback", line)]
     assert result.returncode == 0, "\n".join(problems[-40:]) or result.stderr[-4000:]

@@ -66,7 +66,7 @@ def bare_runtime(tmp_path_factory):
     run(str(python), *PIP, "install", "-q", "numpy", "matplotlib", "ipykernel")
     run(str(python), "-m", "ipykernel", "install", "--prefix", str(folder / "jupyter"),
         "--name", KERNEL)
-    kernels = KernelSpecManager(kernel_dirs=[str(folder / "jupyter" / "share" / "jupyter" / "kernels")])
+    kernels = KernelSpecManager(kernel_dirs=[str(folder / "jupyter/share/jupyter/kernels")])
     return python, installed(python), kernels
 
 
