@@ -61,9 +61,10 @@ def bare_runtime(tmp_path_factory):
     python = venv / "bin" / "python"
     index = os.environ.get("TORCH_INDEX")
     torch_version = torch.__version__.split("+")[0]  # 2.13.0+cpu -> 2.13.0
-    run(str(python), *PIP, "install", "-q", f"torch=={torch_version}",
+    # --no-compile: Python compiles only the modules a chapter imports, when it imports them
+    run(str(python), *PIP, "install", "-q", "--no-compile", f"torch=={torch_version}",
         *(["--index-url", index] if index else []))
-    run(str(python), *PIP, "install", "-q", "numpy", "matplotlib", "ipykernel")
+    run(str(python), *PIP, "install", "-q", "--no-compile", "numpy", "matplotlib", "ipykernel")
     run(str(python), "-m", "ipykernel", "install", "--prefix", str(folder / "jupyter"),
         "--name", KERNEL)
     kernels = KernelSpecManager(kernel_dirs=[str(folder / "jupyter/share/jupyter/kernels")])
