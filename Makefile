@@ -2,14 +2,24 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
-TORCH  ?= torch==2.13.0
+TORCH_VERSION := 2.13.0
+
+# TORCH_INDEX: the package index pip gets torch from; empty = pip's default index.
+# - Empty suits any index that serves a CPU build of torch $(TORCH_VERSION) for this machine
+#   (macOS and Windows on PyPI; this repository's own CI machine).
+# - On Linux PyPI serves a multi-GB CUDA build, so the GitHub workflows set PyTorch's CPU index:
+#     make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# - With an NVIDIA GPU, name the CUDA build that suits its driver, for example:
+#     make install TORCH_INDEX=https://download.pytorch.org/whl/cu126
+# The Colab check (tests/test_colab.py) installs torch from the same index.
+TORCH_INDEX ?=
+export TORCH_INDEX
 
 .PHONY: install book test notebooks clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install "$(TORCH)"
+	$(PY) -m pip install "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)")
 	$(PY) -m pip install -r requirements.txt
 	# a local MathJax lets the browser check run offline (optional: needs npm)
 	if command -v npm >/dev/null; then npm install --no-save --no-audit --no-fund --prefix _build/mathjax mathjax@3.2.2; fi

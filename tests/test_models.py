@@ -9,7 +9,18 @@ from torch import nn
 
 import mhsa
 
+from tolerances import worst_case
+
 E, H, FF = 16, 4, 32
+# Width E = 16, feed-forward FF = 32, head_dim 4, at most 7 keys. One attention sums over
+# 16 + 4 + 7 + 16 terms (projection, scores, weighted values, output projection); a layer adds
+# the feed-forward's two sums (16, 32) and LayerNorms (mean and variance over 16, twice each).
+ATTENTION = 16 + 4 + 7 + 16
+LAYER = 2 * ATTENTION + 16 + 32 + 3 * 2 * 16  # a decoder layer: self- and cross-attention
+# Two encoder layers, then two decoder layers reading their memory, then the output projection
+# over E; each stack ends in a LayerNorm when pre-norm (mean and variance over 16).
+ENCODER = 2 * (LAYER - ATTENTION - 2 * 16) + 2 * 16
+TOL = worst_case(torch.float32, ENCODER + 2 * LAYER + 2 * 16 + E)
 PAD, BOS, EOS = 0, 1, 2
 
 
@@ -76,14 +87,14 @@ def test_stacks_match_torch_encoder_and_decoder(norm_first):
     mask = mhsa.padding_mask([6, 3], 6)
     memory = ours_enc(src, attn_mask=mask)
     expected = torch_enc(src, src_key_padding_mask=mhsa.mask_to_torch_mha(mask, key_padding=True))
-    torch.testing.assert_close(memory[0], expected[0], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(memory[1, :3], expected[1, :3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(memory[0], expected[0], **TOL)
+    torch.testing.assert_close(memory[1, :3], expected[1, :3], **TOL)
     torch.testing.assert_close(
         ours_dec(tgt, memory, memory_mask=mask),
         torch_dec(tgt, memory, tgt_mask=mhsa.mask_to_torch_mha(mhsa.causal_mask(4)),
                   tgt_is_causal=True,
                   memory_key_padding_mask=mhsa.mask_to_torch_mha(mask, key_padding=True)),
-        atol=1e-5, rtol=1e-5)
+        **TOL)
 
 
 def small_model(seed=0, num_layers=2, **kw):
@@ -99,8 +110,8 @@ def test_forward_returns_logits_and_ignores_source_padding():
     logits = model(src, tgt)
     assert logits.shape == (2, 3, 13)
     more_padding = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
-    torch.testing.assert_close(model(more_padding, tgt), logits, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(model(src[1:, :3], tgt[1:]), logits[1:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model(more_padding, tgt), logits, **TOL)
+    torch.testing.assert_close(model(src[1:, :3], tgt[1:]), logits[1:], **TOL)
 
 
 def test_model_logits_at_i_ignore_later_target_tokens():
@@ -227,7 +238,7 @@ def test_record_attention_covers_every_layer_of_the_model():
     plain = model(src, tgt)
     with mhsa.record_attention(model) as weights:
         recorded = model(src, tgt)
-    torch.testing.assert_close(recorded, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(recorded, plain, **TOL)
     assert sorted(weights) == [
         "decoder.layers.0.cross_attn", "decoder.layers.0.self_attn",
         "decoder.layers.1.cross_attn", "decoder.layers.1.self_attn",
