@@ -112,8 +112,8 @@ class MultiHeadAttention(nn.Module):
             does with its ``out_proj``: forward hooks registered on them do not run.
         k_proj, v_proj: ``nn.Linear`` from ``kdim``/``vdim`` to ``g * d``.
         out_proj: ``nn.Linear`` from ``qkv_dim`` to ``embed_dim``.
-        embed_dim, num_heads, num_kv_heads, qkv_dim, head_dim, kdim, vdim, dropout,
-        rope_base, window: as above.
+        embed_dim, num_heads, num_kv_heads, qkv_dim, head_dim: as above.
+        kdim, vdim, dropout, rope_base, window: as above.
 
     Shape:
         - query: ``[b, n_q, e]``; key: ``[b, n_k, kdim]``; value: ``[b, n_k, vdim]``.

@@ -28,22 +28,22 @@ def block_row(ax, x, y, words, colour, label):
         ax.add_patch(Rectangle((x + slot * CELL_W, y), CELL_W, CELL_H, facecolor=colour if filled else "white",
                                alpha=0.25 if filled else 1.0, edgecolor="black", linewidth=0.8))
         if filled:
-            ax.text(x + (slot + 0.5) * CELL_W, y + CELL_H / 2, words[slot], ha="center", va="center", fontsize=8)
+            ax.text(x + (slot + 0.5) * CELL_W, y + CELL_H / 2, words[slot], ha="center", va="center", fontsize=6.5)
     ax.text(x - 0.15, y + CELL_H / 2, label, ha="right", va="center", fontsize=8.5)
 
 
 def draw() -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(12, 5.4))
+    fig, ax = plt.subplots(figsize=(8.0, 4.9))
     ax.set_xlim(-1.5, 17.5)
     ax.set_ylim(0.6, 10.2)
     ax.axis("off")
-    ax.text(1.2, 9.8, "logical blocks (per sequence)", fontsize=10, fontweight="bold")
-    ax.text(7.0, 9.8, "block table", fontsize=10, fontweight="bold")
-    ax.text(11.8, 9.8, "physical blocks (one shared pool)", fontsize=10, fontweight="bold")
+    ax.text(0.2, 9.8, "logical blocks (per sequence)", fontsize=9, fontweight="bold")
+    ax.text(6.7, 9.8, "block table", fontsize=9, fontweight="bold")
+    ax.text(10.9, 9.8, "physical blocks (one shared pool)", fontsize=9, fontweight="bold")
     where = {}  # physical block -> (sequence, logical index, words, colour)
     y = 9.0
     for name, (words, table, colour) in SEQUENCES.items():
-        ax.text(-1.3, y + 0.3, f"sequence {name}", fontsize=9.5, color=colour, fontweight="bold")
+        ax.text(-1.3, y + 0.25, f"sequence {name}", fontsize=8.5, color=colour, fontweight="bold")
         y -= 0.15
         for logical, physical in enumerate(table):
             y -= 0.75
