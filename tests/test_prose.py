@@ -44,6 +44,12 @@ ALLOWED = [
     ("06_decoder_cross_attention.ipynb", "10%", "the share of steps the learning-rate warm-up is set to"),
     ("09_fast_attention.ipynb", "4 bytes", "the size of one float32 number"),
     ("09_fast_attention.ipynb", "2 bytes", "the size of one float16 number"),
+    ("09_fast_attention.ipynb", "1.5 TB", "the A100's HBM bandwidth, quoted from Dao et al. 2022"),
+    ("09_fast_attention.ipynb", "192 KB", "the A100's SRAM per processor, quoted from Dao et al. 2022"),
+    ("09_fast_attention.ipynb", "100 KB", "the SRAM budget the cell sets (the paper's typical value)"),
+    ("09_fast_attention.ipynb", "312 TFLOP/s", "the A100's float16 matrix rate, quoted from its datasheet"),
+    ("10_modern_attention.ipynb", "2 bytes", "the size of one 16-bit number"),
+    ("11_positions_windows_induction.ipynb", "40%", "Kwon et al. 2023's measurement of other systems"),
 ]
 
 
