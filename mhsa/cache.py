@@ -44,7 +44,6 @@ class KVCache:
             part of the buffer), or None while empty. ``n_kept == len(self)`` without a
             window; with one, ``n_kept <= window - 1 + n_new``.
         value: cached values, same shape, or None while empty.
-        nbytes: bytes of the keys and values held (the filled part), 0 while empty.
 
     Source: the decoder of Vaswani et al. 2017, "Attention Is All You Need", section 3.2.3
     (a position attends to the positions up to and including itself), run incrementally;
