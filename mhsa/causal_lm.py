@@ -12,13 +12,17 @@ Each layer is two pre-norm residual sublayers, and the whole model is a straight
     logits = lm_head(norm(x))                             # [b, n, vocab_size]
 """
 
+import contextlib
+
 import torch
 from torch import nn
 
-from ._checks import check_int, check_int_tensor, check_rank
+from ._checks import check_bool_mask, check_int, check_int_tensor, check_rank
+from .attention import check_same_device
 from .cache import KVCache
 from .hf_llama import config_from_hf_llama, copy_hf_llama_weights
 from .multihead import MultiHeadAttention
+from .rotary import kept_angles
 from .swiglu import SwiGLU
 
 
@@ -63,6 +67,13 @@ class CausalLMLayer(nn.Module):
         :meth:`mhsa.MultiHeadAttention.forward` (always causal)."""
         x = x + self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=True, cache=cache,
                           positions=positions)[0]
+        return x + self.feed_forward(self.norm2(x))
+
+    def _forward(self, x, *, attn_mask, cache, angles):
+        """:meth:`forward` without checks, rotary angles ``(cos, sin)`` given (from CausalLM)."""
+        h = self.norm1(x)
+        x = x + self.attn._attend(h, h, h, attn_mask=attn_mask, is_causal=True,
+                                  need_weights=False, cache=cache, angles=angles)[0]
         return x + self.feed_forward(self.norm2(x))
 
 
@@ -161,16 +172,24 @@ class CausalLM(nn.Module):
                 raises ``IndexError`` in ``nn.Embedding``; no check reads tensor values.)
         """
         _check_ids(ids)
+        if attn_mask is not None:  # checked here once; the layers do not check again
+            n = ids.shape[1]
+            heads = self.layers[0].attn.num_heads
+            check_bool_mask("attn_mask", attn_mask, (ids.shape[0], heads, n, n))
+            check_same_device("attn_mask", attn_mask, ids)
         return self._logits(ids, attn_mask=attn_mask)
 
     def _logits(self, ids, *, attn_mask=None, caches=None, last_only=False):
         """Logits of ``ids`` [b, n]; with ``caches`` (one per layer), ``ids`` continue them."""
         start = 0 if caches is None else len(caches[0])
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # [n]
+        attn = self.layers[0].attn  # every layer rotates the same positions the same way
+        angles = None if attn.rope_base is None else kept_angles(
+            positions, attn.head_dim, attn.rope_base, self.embed.weight.dtype)  # (cos, sin)
         x = self.embed(ids)  # [b, n, e]
         for k, layer in enumerate(self.layers):
-            x = layer(x, attn_mask=attn_mask, positions=positions,
-                      cache=None if caches is None else caches[k])
+            x = layer._forward(x, attn_mask=attn_mask, angles=angles,
+                               cache=None if caches is None else caches[k])
         if last_only:
             x = x[:, -1:]  # generation reads only the last position's logits
         return self.lm_head(self.norm(x))  # [b, n, vocab_size]
@@ -206,10 +225,11 @@ class CausalLM(nn.Module):
         out = ids.new_empty(ids.shape[0], n + max_new_tokens)  # written in place
         out[:, :n] = ids
         caches = [KVCache() for _ in self.layers] if use_cache else None
-        for t in range(n, n + max_new_tokens):
-            start = len(caches[0]) if use_cache else 0  # cached: only the tokens not yet read
-            logits = self._logits(out[:, start:t], caches=caches, last_only=True)
-            out[:, t] = logits[:, -1].argmax(dim=-1)
+        with _packed_projections(self):  # q/k/v and gate/up: one matrix product each
+            for t in range(n, n + max_new_tokens):
+                start = len(caches[0]) if use_cache else 0  # cached: only the tokens not yet read
+                logits = self._logits(out[:, start:t], caches=caches, last_only=True)
+                out[:, t] = logits[:, -1].argmax(dim=-1)
         return out
 
     @classmethod
@@ -240,6 +260,19 @@ class CausalLM(nn.Module):
         ours = cls(**config, device=weight.device, dtype=weight.dtype)
         copy_hf_llama_weights(ours, model)
         return ours.eval()
+
+
+@contextlib.contextmanager
+def _packed_projections(model):
+    """Within: every layer's q/k/v and gate/up weights stacked, built once, dropped after."""
+    modules = [m for layer in model.layers for m in (layer.attn, layer.feed_forward)]
+    try:
+        for module in modules:
+            module.pack_projections()
+        yield
+    finally:
+        for module in modules:
+            module.pack_projections(False)
 
 
 def _check_ids(ids) -> None:

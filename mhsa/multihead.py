@@ -27,7 +27,7 @@ from .attention import (
     scaled_dot_product_attention,
 )
 from .conversion import mha_from_torch, mha_to_torch
-from .rotary import apply_rotary
+from .rotary import check_positions, kept_angles, rotate
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -173,6 +173,30 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(vdim, kv_dim, **kw)  # vdim -> g*d
         self.out_proj = nn.Linear(qkv_dim, embed_dim, **kw)  # h*d -> e
         self._record = None  # (dict, name) while inside mhsa.record_attention
+        self._packed_qkv = None  # (weight, bias) of q/k/v stacked, see pack_projections
+        self._qkv_widths = [qkv_dim, kv_dim, kv_dim]
+
+    def pack_projections(self, packed: bool = True) -> None:
+        """Stack the q/k/v weights into one matrix for self-attention, or drop the stack.
+
+        While packed, self-attention projects queries, keys and values with one matrix
+        product (the same numbers as three). The stack is a copy: it does not follow later
+        changes of ``q_proj``, ``k_proj`` or ``v_proj``, and gradients do not reach them.
+        :meth:`mhsa.CausalLM.generate` packs for the length of one call, under
+        ``torch.inference_mode``.
+
+        Raises:
+            ValueError: ``kdim`` or ``vdim`` differs from ``embed_dim``.
+        """
+        if not packed:
+            self._packed_qkv = None
+            return
+        if not self.kdim == self.vdim == self.embed_dim:
+            raise ValueError(f"packing needs kdim == vdim == embed_dim, got {self.kdim}, "
+                             f"{self.vdim} and {self.embed_dim}")
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        self._packed_qkv = (torch.cat([p.weight for p in projections]), bias)
 
     def forward(self, query, key=None, value=None, *, attn_mask=None, is_causal=False,
                 need_weights=False, cache=None, positions=None):
@@ -239,28 +263,43 @@ class MultiHeadAttention(nn.Module):
             n_k = n_cached + key.shape[1]
             check_bool_mask("attn_mask", attn_mask, (b, self.num_heads, n_q, n_k))
             check_same_device("attn_mask", attn_mask, query)
+        angles = None
+        if self.rope_base is not None:
+            if positions is None:
+                positions = torch.arange(n_cached, n_cached + n_q, device=query.device)
+            check_positions(positions, n_q, query.device)
+            angles = kept_angles(positions, self.head_dim, self.rope_base, query.dtype)
+        return self._attend(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                            need_weights=need_weights, cache=cache, angles=angles)
+
+    def _attend(self, query, key, value, *, attn_mask, is_causal, need_weights, cache, angles):
+        """:meth:`forward` after its checks; ``angles``: the rotary ``(cos, sin)`` ``[n_q, d]``.
+
+        :class:`mhsa.CausalLM` calls this directly: its edge checked the inputs, and it
+        computes the rotary angles once per step for all layers.
+        """
         record = self._record  # inside mhsa.record_attention: (dict, name)
         # steps 1-2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
         # values: g*d). F.linear with the layers' weights, as torch.nn.MultiheadAttention
         # does: three module calls fewer per step (forward hooks on q_proj & co. do not run)
-        q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
-        q = F.linear(query, q_proj.weight, q_proj.bias)
-        k = F.linear(key, k_proj.weight, k_proj.bias)
-        v = F.linear(value, v_proj.weight, v_proj.bias)
+        if self._packed_qkv is not None and key is query:  # packed: one matrix product
+            q, k, v = F.linear(query, *self._packed_qkv).split(self._qkv_widths, dim=-1)
+        else:
+            q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
+            q = F.linear(query, q_proj.weight, q_proj.bias)
+            k = F.linear(key, k_proj.weight, k_proj.bias)
+            v = F.linear(value, v_proj.weight, v_proj.bias)
         # steps 3-4: split the heads, "b n (h d) -> b h n d" (keys, values: "b n (g d) -> b g n d")
         q = _split(q, self.num_heads)  # [b, h, n_q, d]
         k, v = _split(k, self.num_kv_heads), _split(v, self.num_kv_heads)  # [b, g, n_k, d]
-        if self.rope_base is not None:  # rotary positions, before the cache stores keys
-            if positions is None:
-                positions = torch.arange(n_cached, n_cached + n_q, device=query.device)
-            q = apply_rotary(q, positions, base=self.rope_base)
-            k = apply_rotary(k, positions, base=self.rope_base)
+        if angles is not None:  # rotary positions, before the cache stores keys
+            q, k = rotate(q, *angles), rotate(k, *angles)
         if cache is not None:  # decoding: the new queries see the cached keys, causally
             k, v = cache.update(k, v, window=self.window)  # [b, g, n_kept + n_q, d]
             is_causal = True
         if attn_mask is not None and attn_mask.dim() and attn_mask.shape[-1] > k.shape[2]:
             attn_mask = attn_mask[..., attn_mask.shape[-1] - k.shape[2]:]  # window dropped
-        mask, square_causal = combine_masks(attn_mask, n_q, k.shape[2], is_causal=is_causal,
+        mask, square_causal = combine_masks(attn_mask, q.shape[2], k.shape[2], is_causal=is_causal,
                                             window=self.window, device=query.device)
         p = self.dropout if self.training else 0.0
         if need_weights or record is not None:  # steps 5-7, explicit: scores, softmax, weighted sum of values
@@ -283,6 +322,7 @@ class MultiHeadAttention(nn.Module):
         """Copies and pickles never inherit a running :func:`mhsa.record_attention`."""
         state = dict(self.__dict__)
         state["_record"] = None
+        state["_packed_qkv"] = None
         return state
 
     def _check_inputs(self, query, key, value, self_attention, causal, positions) -> None:

@@ -52,6 +52,31 @@ class SwiGLU(nn.Module):
         self.gate_proj = nn.Linear(embed_dim, ff_dim, **kw)  # e -> ff_dim, through SiLU
         self.up_proj = nn.Linear(embed_dim, ff_dim, **kw)  # e -> ff_dim, gated
         self.down_proj = nn.Linear(ff_dim, embed_dim, **kw)  # ff_dim -> e
+        self._packed = None  # (weight, bias) of gate and up stacked, see pack_projections
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self._packed is not None:  # one matrix product for both, then split
+            gate, up = F.linear(x, *self._packed).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
+
+    def pack_projections(self, packed: bool = True) -> None:
+        """Stack the gate and up weights into one matrix, or drop the stack.
+
+        While packed, :meth:`forward` computes both projections with one matrix product
+        (the same numbers). The stack is a copy: it does not follow later changes of
+        ``gate_proj`` or ``up_proj``, and gradients do not reach them.
+        :meth:`mhsa.CausalLM.generate` packs for the length of one call, under
+        ``torch.inference_mode``.
+        """
+        if not packed:
+            self._packed = None
+            return
+        gate, up = self.gate_proj, self.up_proj
+        bias = None if gate.bias is None else torch.cat([gate.bias, up.bias])
+        self._packed = (torch.cat([gate.weight, up.weight]), bias)
+
+    def __getstate__(self):
+        """Copies and pickles never inherit a stack of :meth:`pack_projections`."""
+        return {**self.__dict__, "_packed": None}
