@@ -174,7 +174,6 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(qkv_dim, embed_dim, **kw)  # h*d -> e
         self._record = None  # (dict, name) while inside mhsa.record_attention
         self._packed_qkv = None  # (weight, bias) of q/k/v stacked, see pack_projections
-        self._qkv_widths = [qkv_dim, kv_dim, kv_dim]
 
     def pack_projections(self, packed: bool = True) -> None:
         """Stack the q/k/v weights into one matrix for self-attention, or drop the stack.
@@ -282,18 +281,24 @@ class MultiHeadAttention(nn.Module):
         # steps 1-2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
         # values: g*d). F.linear with the layers' weights, as torch.nn.MultiheadAttention
         # does: three module calls fewer per step (forward hooks on q_proj & co. do not run)
+        h, g = self.num_heads, self.num_kv_heads
         if self._packed_qkv is not None and key is query:  # packed: one matrix product
-            q, k, v = F.linear(query, *self._packed_qkv).split(self._qkv_widths, dim=-1)
+            # steps 3-4 at once for the h query, g key and g value heads, "b n (h d) -> b h n d"
+            heads = _split(F.linear(query, *self._packed_qkv), h + 2 * g)  # [b, h+2g, n, d]
+            q_and_k, v = heads.split([h + g, g], dim=1)
+            if angles is not None:  # rotary positions: queries and keys in one call
+                q_and_k = rotate(q_and_k, *angles)
+            q, k = q_and_k.split([h, g], dim=1)  # [b, h, n_q, d], [b, g, n_k, d]
         else:
             q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
             q = F.linear(query, q_proj.weight, q_proj.bias)
             k = F.linear(key, k_proj.weight, k_proj.bias)
             v = F.linear(value, v_proj.weight, v_proj.bias)
-        # steps 3-4: split the heads, "b n (h d) -> b h n d" (keys, values: "b n (g d) -> b g n d")
-        q = _split(q, self.num_heads)  # [b, h, n_q, d]
-        k, v = _split(k, self.num_kv_heads), _split(v, self.num_kv_heads)  # [b, g, n_k, d]
-        if angles is not None:  # rotary positions, before the cache stores keys
-            q, k = rotate(q, *angles), rotate(k, *angles)
+            # steps 3-4: split the heads, "b n (h d) -> b h n d" (keys, values: g heads)
+            q = _split(q, h)  # [b, h, n_q, d]
+            k, v = _split(k, g), _split(v, g)  # [b, g, n_k, d]
+            if angles is not None:  # rotary positions, before the cache stores keys
+                q, k = rotate(q, *angles), rotate(k, *angles)
         if cache is not None:  # decoding: the new queries see the cached keys, causally
             k, v = cache.update(k, v, window=self.window)  # [b, g, n_kept + n_q, d]
             is_causal = True
