@@ -179,13 +179,15 @@ class CausalLM(nn.Module):
             check_same_device("attn_mask", attn_mask, ids)
         return self._logits(ids, attn_mask=attn_mask)
 
-    def _logits(self, ids, *, attn_mask=None, caches=None, last_only=False):
-        """Logits of ``ids`` [b, n]; with ``caches`` (one per layer), ``ids`` continue them."""
-        start = 0 if caches is None else len(caches[0])
-        positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # [n]
-        attn = self.layers[0].attn  # every layer rotates the same positions the same way
-        angles = None if attn.rope_base is None else kept_angles(
-            positions, attn.head_dim, attn.rope_base, self.embed.weight.dtype)  # (cos, sin)
+    def _logits(self, ids, *, attn_mask=None, caches=None, last_only=False, angles=None):
+        """Logits of ``ids`` [b, n]; with ``caches`` (one per layer), ``ids`` continue them.
+
+        ``angles``: the rotary ``(cos, sin)`` ``[n, head_dim]`` of the positions of ``ids``,
+        shared by every layer; computed here when not given.
+        """
+        if angles is None:
+            start = 0 if caches is None else len(caches[0])
+            angles = self._rotary_angles(start, start + ids.shape[1], ids.device)
         x = self.embed(ids)  # [b, n, e]
         for k, layer in enumerate(self.layers):
             x = layer._forward(x, attn_mask=attn_mask, angles=angles,
@@ -193,6 +195,15 @@ class CausalLM(nn.Module):
         if last_only:
             x = x[:, -1:]  # generation reads only the last position's logits
         return self.lm_head(self.norm(x))  # [b, n, vocab_size]
+
+    def _rotary_angles(self, start, stop, device):
+        """The rotary ``(cos, sin)`` ``[stop - start, head_dim]`` of positions ``start..stop-1``
+        (every layer rotates the same way), or None without rotary positions."""
+        attn = self.layers[0].attn
+        if attn.rope_base is None:
+            return None
+        positions = torch.arange(start, stop, device=device)
+        return kept_angles(positions, attn.head_dim, attn.rope_base, self.embed.weight.dtype)
 
     @torch.inference_mode()
     def generate(self, ids: torch.Tensor, max_new_tokens: int, *,
@@ -225,10 +236,13 @@ class CausalLM(nn.Module):
         out = ids.new_empty(ids.shape[0], n + max_new_tokens)  # written in place
         out[:, :n] = ids
         caches = [KVCache() for _ in self.layers] if use_cache else None
+        table = self._rotary_angles(0, n + max_new_tokens, ids.device)  # built once per call
         with _packed_projections(self):  # q/k/v and gate/up: one matrix product each
             for t in range(n, n + max_new_tokens):
                 start = len(caches[0]) if use_cache else 0  # cached: only the tokens not yet read
-                logits = self._logits(out[:, start:t], caches=caches, last_only=True)
+                angles = None if table is None else (table[0][start:t], table[1][start:t])
+                logits = self._logits(out[:, start:t], caches=caches, last_only=True,
+                                      angles=angles)
                 out[:, t] = logits[:, -1].argmax(dim=-1)
         return out
 

@@ -46,7 +46,7 @@ def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
     The same tensor as :func:`split_heads` (tested exactly); the module calls this one
     because an einops call costs a few microseconds more, which adds up in a decoding step.
     """
-    return x.unflatten(-1, (heads, -1)).transpose(1, 2)
+    return torch.unflatten(x, -1, (heads, -1)).transpose(1, 2)
 
 
 def _merge(x: torch.Tensor) -> torch.Tensor:
@@ -285,10 +285,10 @@ class MultiHeadAttention(nn.Module):
         if self._packed_qkv is not None and key is query:  # packed: one matrix product
             # steps 3-4 at once for the h query, g key and g value heads, "b n (h d) -> b h n d"
             heads = _split(F.linear(query, *self._packed_qkv), h + 2 * g)  # [b, h+2g, n, d]
-            q_and_k, v = heads.split([h + g, g], dim=1)
+            q_and_k, v = heads.split_with_sizes([h + g, g], dim=1)
             if angles is not None:  # rotary positions: queries and keys in one call
                 q_and_k = rotate(q_and_k, *angles)
-            q, k = q_and_k.split([h, g], dim=1)  # [b, h, n_q, d], [b, g, n_k, d]
+            q, k = q_and_k.split_with_sizes([h, g], dim=1)  # [b, h, n_q, d], [b, g, n_k, d]
         else:
             q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
             q = F.linear(query, q_proj.weight, q_proj.bias)

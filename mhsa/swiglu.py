@@ -31,7 +31,9 @@ class SwiGLU(nn.Module):
 
     Attributes:
         gate_proj, up_proj: ``nn.Linear(embed_dim, ff_dim)``; down_proj:
-            ``nn.Linear(ff_dim, embed_dim)``.
+            ``nn.Linear(ff_dim, embed_dim)``. ``forward`` applies ``down_proj``'s weights
+            with ``F.linear`` (as :class:`mhsa.MultiHeadAttention` does): forward hooks
+            registered on it do not run.
 
     Shape:
         ``[..., embed_dim] -> [..., embed_dim]``, floating, the module's dtype.
@@ -59,7 +61,8 @@ class SwiGLU(nn.Module):
             gate, up = F.linear(x, *self._packed).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(F.silu(gate) * up)
+        down = self.down_proj  # its weights with F.linear: one module call fewer per step
+        return F.linear(F.silu(gate) * up, down.weight, down.bias)
 
     def pack_projections(self, packed: bool = True) -> None:
         """Stack the gate and up weights into one matrix, or drop the stack.
