@@ -15,9 +15,11 @@ Each layer is two pre-norm residual sublayers, and the whole model is a straight
 import contextlib
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_bool_mask, check_int, check_int_tensor, check_rank
+from ._packing import matvec_layout
 from .attention import check_same_device
 from .cache import KVCache
 from .hf_llama import config_from_hf_llama, copy_hf_llama_weights
@@ -150,6 +152,7 @@ class CausalLM(nn.Module):
         self.lm_head = nn.Linear(embed_dim, vocab_size, bias=False, **kw)
         if tie_embeddings:
             self.lm_head.weight = self.embed.weight
+        self._packed_lm_head = None  # lm_head's weight in matvec layout, inside generate
 
     def forward(self, ids: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Next-token logits at every position: position ``t`` reads tokens ``0..t``.
@@ -194,6 +197,8 @@ class CausalLM(nn.Module):
                                cache=None if caches is None else caches[k])
         if last_only:
             x = x[:, -1:]  # generation reads only the last position's logits
+        if self._packed_lm_head is not None:
+            return F.linear(self.norm(x), self._packed_lm_head)  # [b, n, vocab_size]
         return self.lm_head(self.norm(x))  # [b, n, vocab_size]
 
     def _rotary_angles(self, start, stop, device):
@@ -278,15 +283,18 @@ class CausalLM(nn.Module):
 
 @contextlib.contextmanager
 def _packed_projections(model):
-    """Within: every layer's q/k/v and gate/up weights stacked, built once, dropped after."""
+    """Within: every layer's q/k/v and gate/up weights stacked, and the weights in
+    :func:`mhsa._packing.matvec_layout`; built once, dropped after."""
     modules = [m for layer in model.layers for m in (layer.attn, layer.feed_forward)]
     try:
         for module in modules:
             module.pack_projections()
+        model._packed_lm_head = matvec_layout(model.lm_head.weight)
         yield
     finally:
         for module in modules:
             module.pack_projections(False)
+        model._packed_lm_head = None
 
 
 def _check_ids(ids) -> None:

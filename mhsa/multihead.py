@@ -20,6 +20,7 @@ from ._checks import (
     check_probability,
     check_shape,
 )
+from ._packing import matvec_layout
 from .attention import (
     check_same_device,
     combine_masks,
@@ -173,14 +174,16 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(vdim, kv_dim, **kw)  # vdim -> g*d
         self.out_proj = nn.Linear(qkv_dim, embed_dim, **kw)  # h*d -> e
         self._record = None  # (dict, name) while inside mhsa.record_attention
-        self._packed_qkv = None  # (weight, bias) of q/k/v stacked, see pack_projections
+        self._packed = None  # (q/k/v weight, q/k/v bias, out weight), see pack_projections
 
     def pack_projections(self, packed: bool = True) -> None:
         """Stack the q/k/v weights into one matrix for self-attention, or drop the stack.
 
         While packed, self-attention projects queries, keys and values with one matrix
-        product (the same numbers as three). The stack is a copy: it does not follow later
-        changes of ``q_proj``, ``k_proj`` or ``v_proj``, and gradients do not reach them.
+        product (the same numbers as three), and the stack and ``out_proj``'s weight are
+        held in the layout of :func:`mhsa._packing.matvec_layout` (faster for a few tokens;
+        equal up to float rounding). The copies do not follow later changes of the
+        projections, and gradients do not reach them.
         :meth:`mhsa.CausalLM.generate` packs for the length of one call, under
         ``torch.inference_mode``.
 
@@ -188,14 +191,15 @@ class MultiHeadAttention(nn.Module):
             ValueError: ``kdim`` or ``vdim`` differs from ``embed_dim``.
         """
         if not packed:
-            self._packed_qkv = None
+            self._packed = None
             return
         if not self.kdim == self.vdim == self.embed_dim:
             raise ValueError(f"packing needs kdim == vdim == embed_dim, got {self.kdim}, "
                              f"{self.vdim} and {self.embed_dim}")
         projections = (self.q_proj, self.k_proj, self.v_proj)
         bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
-        self._packed_qkv = (torch.cat([p.weight for p in projections]), bias)
+        qkv_weight = matvec_layout(torch.cat([p.weight for p in projections]))
+        self._packed = (qkv_weight, bias, matvec_layout(self.out_proj.weight))
 
     def forward(self, query, key=None, value=None, *, attn_mask=None, is_causal=False,
                 need_weights=False, cache=None, positions=None):
@@ -282,9 +286,10 @@ class MultiHeadAttention(nn.Module):
         # values: g*d). F.linear with the layers' weights, as torch.nn.MultiheadAttention
         # does: three module calls fewer per step (forward hooks on q_proj & co. do not run)
         h, g = self.num_heads, self.num_kv_heads
-        if self._packed_qkv is not None and key is query:  # packed: one matrix product
+        packed = self._packed
+        if packed is not None and key is query:  # packed: one matrix product
             # steps 3-4 at once for the h query, g key and g value heads, "b n (h d) -> b h n d"
-            heads = _split(F.linear(query, *self._packed_qkv), h + 2 * g)  # [b, h+2g, n, d]
+            heads = _split(F.linear(query, packed[0], packed[1]), h + 2 * g)  # [b, h+2g, n, d]
             q_and_k, v = heads.split_with_sizes([h + g, g], dim=1)
             if angles is not None:  # rotary positions: queries and keys in one call
                 q_and_k = rotate(q_and_k, *angles)
@@ -320,14 +325,15 @@ class MultiHeadAttention(nn.Module):
                                            enable_gqa=self.num_kv_heads != self.num_heads), None
         # steps 8-9: merge the heads, "b h n d -> b n (h d)"; step 10: project back to e
         out_proj = self.out_proj
-        out = F.linear(_merge(out), out_proj.weight, out_proj.bias)  # [b, n_q, e]
+        out_weight = out_proj.weight if packed is None else packed[2]
+        out = F.linear(_merge(out), out_weight, out_proj.bias)  # [b, n_q, e]
         return out, (weights if need_weights else None)
 
     def __getstate__(self):
         """Copies and pickles never inherit a running :func:`mhsa.record_attention`."""
         state = dict(self.__dict__)
         state["_record"] = None
-        state["_packed_qkv"] = None
+        state["_packed"] = None
         return state
 
     def _check_inputs(self, query, key, value, self_attention, causal, positions) -> None:
