@@ -219,6 +219,9 @@ class CausalLM(nn.Module):
         each step reads only the newest token; without it, each step reads the whole
         sequence again. Both give the same tokens (the cache changes the cost, not the
         result). No end-of-sequence handling: exactly ``max_new_tokens`` are produced.
+        For the length of the call, the rotary angles of every position are computed once
+        and the projections are packed (:meth:`mhsa.MultiHeadAttention.pack_projections`,
+        :meth:`mhsa.SwiGLU.pack_projections`): faster, the same tokens.
 
         Args:
             ids: prompt ``[batch, n]``, integer tensor, ``n >= 1``.

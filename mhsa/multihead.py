@@ -279,7 +279,7 @@ class MultiHeadAttention(nn.Module):
         """:meth:`forward` after its checks; ``angles``: the rotary ``(cos, sin)`` ``[n_q, d]``.
 
         :class:`mhsa.CausalLM` calls this directly: its edge checked the inputs, and it
-        computes the rotary angles once per step for all layers.
+        computes the rotary angles once for all layers (``generate``: once per call).
         """
         record = self._record  # inside mhsa.record_attention: (dict, name)
         # steps 1-2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
