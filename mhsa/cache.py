@@ -122,11 +122,13 @@ class KVCache:
             self._grow_out_of_place(key, value)  # autograd needs every step's tensors intact
         else:
             self._make_room(key, n_new)
-            self._key[:, :, self._end:self._end + n_new] = key
-            self._value[:, :, self._end:self._end + n_new] = value
-            self._end += n_new
+            end = self._end  # write in place: buffer[:, :, end:end + n_new] = key
+            self._key.narrow(2, end, n_new).copy_(key)
+            self._value.narrow(2, end, n_new).copy_(value)
+            self._end = end + n_new
         self._seen += n_new
-        return self.key, self.value
+        kept = self._end - self._start  # the filled part, as views (narrow: one cheap call)
+        return self._key.narrow(2, self._start, kept), self._value.narrow(2, self._start, kept)
 
     def reset(self) -> None:
         """Empty the cache (and free its buffers), to decode other sequences."""
@@ -139,6 +141,9 @@ class KVCache:
     def _make_room(self, like: torch.Tensor, n_new: int) -> None:
         """Make room for ``n_new`` positions after the filled part, in place when possible."""
         kept, buffer = self._end - self._start, self._key
+        if buffer is not None and self._end + n_new <= buffer.shape[2] and (
+                torch.is_inference_mode_enabled() or not buffer.is_inference()):
+            return  # the usual step: room after the filled part, and writable
         # an inference tensor (made under torch.inference_mode) is read-only outside it
         writable = buffer is not None and not (
             buffer.is_inference() and not torch.is_inference_mode_enabled())

@@ -12,13 +12,19 @@ Each layer is two pre-norm residual sublayers, and the whole model is a straight
     logits = lm_head(norm(x))                             # [b, n, vocab_size]
 """
 
+import contextlib
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_int, check_int_tensor, check_rank
+from ._checks import check_bool_mask, check_int, check_int_tensor, check_rank
+from ._packing import matvec_layout
+from .attention import check_same_device
 from .cache import KVCache
 from .hf_llama import config_from_hf_llama, copy_hf_llama_weights
 from .multihead import MultiHeadAttention
+from .rotary import kept_angles
 from .swiglu import SwiGLU
 
 
@@ -67,6 +73,13 @@ class CausalLMLayer(nn.Module):
         :meth:`mhsa.MultiHeadAttention.forward` (always causal)."""
         x = x + self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=True, cache=cache,
                           positions=positions)[0]
+        return x + self.feed_forward(self.norm2(x))
+
+    def _forward(self, x, *, attn_mask, cache, angles):
+        """:meth:`forward` without checks, rotary angles ``(cos, sin)`` given (from CausalLM)."""
+        h = self.norm1(x)
+        x = x + self.attn._attend(h, h, h, attn_mask=attn_mask, is_causal=True,
+                                  need_weights=False, cache=cache, angles=angles)[0]
         return x + self.feed_forward(self.norm2(x))
 
 
@@ -144,6 +157,7 @@ class CausalLM(nn.Module):
         self.lm_head = nn.Linear(embed_dim, vocab_size, bias=False, **kw)
         if tie_embeddings:
             self.lm_head.weight = self.embed.weight
+        self._packed_lm_head = None  # lm_head's weight in matvec layout, inside generate
 
     def forward(self, ids: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Next-token logits at every position: position ``t`` reads tokens ``0..t``.
@@ -166,19 +180,40 @@ class CausalLM(nn.Module):
                 raises ``IndexError`` in ``nn.Embedding``; no check reads tensor values.)
         """
         _check_ids(ids)
+        if attn_mask is not None:  # checked here once; the layers do not check again
+            n = ids.shape[1]
+            heads = self.layers[0].attn.num_heads
+            check_bool_mask("attn_mask", attn_mask, (ids.shape[0], heads, n, n))
+            check_same_device("attn_mask", attn_mask, ids)
         return self._logits(ids, attn_mask=attn_mask)
 
-    def _logits(self, ids, *, attn_mask=None, caches=None, last_only=False):
-        """Logits of ``ids`` [b, n]; with ``caches`` (one per layer), ``ids`` continue them."""
-        start = 0 if caches is None else len(caches[0])
-        positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # [n]
+    def _logits(self, ids, *, attn_mask=None, caches=None, last_only=False, angles=None):
+        """Logits of ``ids`` [b, n]; with ``caches`` (one per layer), ``ids`` continue them.
+
+        ``angles``: the rotary ``(cos, sin)`` ``[n, head_dim]`` of the positions of ``ids``,
+        shared by every layer; computed here when not given.
+        """
+        if angles is None:
+            start = 0 if caches is None else len(caches[0])
+            angles = self._rotary_angles(start, start + ids.shape[1], ids.device)
         x = self.embed(ids)  # [b, n, e]
         for k, layer in enumerate(self.layers):
-            x = layer(x, attn_mask=attn_mask, positions=positions,
-                      cache=None if caches is None else caches[k])
+            x = layer._forward(x, attn_mask=attn_mask, angles=angles,
+                               cache=None if caches is None else caches[k])
         if last_only:
             x = x[:, -1:]  # generation reads only the last position's logits
+        if self._packed_lm_head is not None:
+            return F.linear(self.norm(x), self._packed_lm_head)  # [b, n, vocab_size]
         return self.lm_head(self.norm(x))  # [b, n, vocab_size]
+
+    def _rotary_angles(self, start, stop, device):
+        """The rotary ``(cos, sin)`` ``[stop - start, head_dim]`` of positions ``start..stop-1``
+        (every layer rotates the same way), or None without rotary positions."""
+        attn = self.layers[0].attn
+        if attn.rope_base is None:
+            return None
+        positions = torch.arange(start, stop, device=device)
+        return kept_angles(positions, attn.head_dim, attn.rope_base, self.embed.weight.dtype)
 
     @torch.inference_mode()
     def generate(self, ids: torch.Tensor, max_new_tokens: int, *,
@@ -189,6 +224,9 @@ class CausalLM(nn.Module):
         each step reads only the newest token; without it, each step reads the whole
         sequence again. Both give the same tokens (the cache changes the cost, not the
         result). No end-of-sequence handling: exactly ``max_new_tokens`` are produced.
+        For the length of the call, the rotary angles of every position are computed once
+        and the projections are packed (:meth:`mhsa.MultiHeadAttention.pack_projections`,
+        :meth:`mhsa.SwiGLU.pack_projections`): faster, the same tokens.
 
         Args:
             ids: prompt ``[batch, n]``, integer tensor, ``n >= 1``.
@@ -211,10 +249,14 @@ class CausalLM(nn.Module):
         out = ids.new_empty(ids.shape[0], n + max_new_tokens)  # written in place
         out[:, :n] = ids
         caches = [KVCache() for _ in self.layers] if use_cache else None
-        for t in range(n, n + max_new_tokens):
-            start = len(caches[0]) if use_cache else 0  # cached: only the tokens not yet read
-            logits = self._logits(out[:, start:t], caches=caches, last_only=True)
-            out[:, t] = logits[:, -1].argmax(dim=-1)
+        table = self._rotary_angles(0, n + max_new_tokens, ids.device)  # built once per call
+        with _packed_projections(self):  # q/k/v and gate/up: one matrix product each
+            for t in range(n, n + max_new_tokens):
+                start = len(caches[0]) if use_cache else 0  # cached: only the tokens not yet read
+                angles = None if table is None else (table[0][start:t], table[1][start:t])
+                logits = self._logits(out[:, start:t], caches=caches, last_only=True,
+                                      angles=angles)
+                out[:, t] = logits[:, -1].argmax(dim=-1)
         return out
 
     @classmethod
@@ -245,6 +287,22 @@ class CausalLM(nn.Module):
         ours = cls(**config, device=weight.device, dtype=weight.dtype)
         copy_hf_llama_weights(ours, model)
         return ours.eval()
+
+
+@contextlib.contextmanager
+def _packed_projections(model):
+    """Within: every layer's q/k/v and gate/up weights stacked, and the weights in
+    :func:`mhsa._packing.matvec_layout`; built once, dropped after."""
+    modules = [m for layer in model.layers for m in (layer.attn, layer.feed_forward)]
+    try:
+        for module in modules:
+            module.pack_projections()
+        model._packed_lm_head = matvec_layout(model.lm_head.weight)
+        yield
+    finally:
+        for module in modules:
+            module.pack_projections(False)
+        model._packed_lm_head = None
 
 
 def _check_ids(ids) -> None:

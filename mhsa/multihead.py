@@ -20,6 +20,7 @@ from ._checks import (
     check_probability,
     check_shape,
 )
+from ._packing import matvec_layout
 from .attention import (
     check_same_device,
     combine_masks,
@@ -27,7 +28,7 @@ from .attention import (
     scaled_dot_product_attention,
 )
 from .conversion import mha_from_torch, mha_to_torch
-from .rotary import apply_rotary
+from .rotary import check_positions, kept_angles, rotate
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -46,7 +47,7 @@ def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
     The same tensor as :func:`split_heads` (tested exactly); the module calls this one
     because an einops call costs a few microseconds more, which adds up in a decoding step.
     """
-    return x.unflatten(-1, (heads, -1)).transpose(1, 2)
+    return torch.unflatten(x, -1, (heads, -1)).transpose(1, 2)
 
 
 def _merge(x: torch.Tensor) -> torch.Tensor:
@@ -173,6 +174,32 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(vdim, kv_dim, **kw)  # vdim -> g*d
         self.out_proj = nn.Linear(qkv_dim, embed_dim, **kw)  # h*d -> e
         self._record = None  # (dict, name) while inside mhsa.record_attention
+        self._packed = None  # (q/k/v weight, q/k/v bias, out weight), see pack_projections
+
+    def pack_projections(self, packed: bool = True) -> None:
+        """Stack the q/k/v weights into one matrix for self-attention, or drop the stack.
+
+        While packed, self-attention projects queries, keys and values with one matrix
+        product (the same numbers as three), and the stack and ``out_proj``'s weight are
+        held in the layout of :func:`mhsa._packing.matvec_layout` (faster for a few tokens;
+        equal up to float rounding). The copies do not follow later changes of the
+        projections, and gradients do not reach them.
+        :meth:`mhsa.CausalLM.generate` packs for the length of one call, under
+        ``torch.inference_mode``.
+
+        Raises:
+            ValueError: ``kdim`` or ``vdim`` differs from ``embed_dim``.
+        """
+        if not packed:
+            self._packed = None
+            return
+        if not self.kdim == self.vdim == self.embed_dim:
+            raise ValueError(f"packing needs kdim == vdim == embed_dim, got {self.kdim}, "
+                             f"{self.vdim} and {self.embed_dim}")
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        qkv_weight = matvec_layout(torch.cat([p.weight for p in projections]))
+        self._packed = (qkv_weight, bias, matvec_layout(self.out_proj.weight))
 
     def forward(self, query, key=None, value=None, *, attn_mask=None, is_causal=False,
                 need_weights=False, cache=None, positions=None):
@@ -239,28 +266,50 @@ class MultiHeadAttention(nn.Module):
             n_k = n_cached + key.shape[1]
             check_bool_mask("attn_mask", attn_mask, (b, self.num_heads, n_q, n_k))
             check_same_device("attn_mask", attn_mask, query)
+        angles = None
+        if self.rope_base is not None:
+            if positions is None:
+                positions = torch.arange(n_cached, n_cached + n_q, device=query.device)
+            check_positions(positions, n_q, query.device)
+            angles = kept_angles(positions, self.head_dim, self.rope_base, query.dtype)
+        return self._attend(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                            need_weights=need_weights, cache=cache, angles=angles)
+
+    def _attend(self, query, key, value, *, attn_mask, is_causal, need_weights, cache, angles):
+        """:meth:`forward` after its checks; ``angles``: the rotary ``(cos, sin)`` ``[n_q, d]``.
+
+        :class:`mhsa.CausalLM` calls this directly: its edge checked the inputs, and it
+        computes the rotary angles once for all layers (``generate``: once per call).
+        """
         record = self._record  # inside mhsa.record_attention: (dict, name)
         # steps 1-2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
         # values: g*d). F.linear with the layers' weights, as torch.nn.MultiheadAttention
         # does: three module calls fewer per step (forward hooks on q_proj & co. do not run)
-        q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
-        q = F.linear(query, q_proj.weight, q_proj.bias)
-        k = F.linear(key, k_proj.weight, k_proj.bias)
-        v = F.linear(value, v_proj.weight, v_proj.bias)
-        # steps 3-4: split the heads, "b n (h d) -> b h n d" (keys, values: "b n (g d) -> b g n d")
-        q = _split(q, self.num_heads)  # [b, h, n_q, d]
-        k, v = _split(k, self.num_kv_heads), _split(v, self.num_kv_heads)  # [b, g, n_k, d]
-        if self.rope_base is not None:  # rotary positions, before the cache stores keys
-            if positions is None:
-                positions = torch.arange(n_cached, n_cached + n_q, device=query.device)
-            q = apply_rotary(q, positions, base=self.rope_base)
-            k = apply_rotary(k, positions, base=self.rope_base)
+        h, g = self.num_heads, self.num_kv_heads
+        packed = self._packed
+        if packed is not None and key is query:  # packed: one matrix product
+            # steps 3-4 at once for the h query, g key and g value heads, "b n (h d) -> b h n d"
+            heads = _split(F.linear(query, packed[0], packed[1]), h + 2 * g)  # [b, h+2g, n, d]
+            q_and_k, v = heads.split_with_sizes([h + g, g], dim=1)
+            if angles is not None:  # rotary positions: queries and keys in one call
+                q_and_k = rotate(q_and_k, *angles)
+            q, k = q_and_k.split_with_sizes([h, g], dim=1)  # [b, h, n_q, d], [b, g, n_k, d]
+        else:
+            q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
+            q = F.linear(query, q_proj.weight, q_proj.bias)
+            k = F.linear(key, k_proj.weight, k_proj.bias)
+            v = F.linear(value, v_proj.weight, v_proj.bias)
+            # steps 3-4: split the heads, "b n (h d) -> b h n d" (keys, values: g heads)
+            q = _split(q, h)  # [b, h, n_q, d]
+            k, v = _split(k, g), _split(v, g)  # [b, g, n_k, d]
+            if angles is not None:  # rotary positions, before the cache stores keys
+                q, k = rotate(q, *angles), rotate(k, *angles)
         if cache is not None:  # decoding: the new queries see the cached keys, causally
             k, v = cache.update(k, v, window=self.window)  # [b, g, n_kept + n_q, d]
             is_causal = True
         if attn_mask is not None and attn_mask.dim() and attn_mask.shape[-1] > k.shape[2]:
             attn_mask = attn_mask[..., attn_mask.shape[-1] - k.shape[2]:]  # window dropped
-        mask, square_causal = combine_masks(attn_mask, n_q, k.shape[2], is_causal=is_causal,
+        mask, square_causal = combine_masks(attn_mask, q.shape[2], k.shape[2], is_causal=is_causal,
                                             window=self.window, device=query.device)
         p = self.dropout if self.training else 0.0
         if need_weights or record is not None:  # steps 5-7, explicit: scores, softmax, weighted sum of values
@@ -276,13 +325,15 @@ class MultiHeadAttention(nn.Module):
                                            enable_gqa=self.num_kv_heads != self.num_heads), None
         # steps 8-9: merge the heads, "b h n d -> b n (h d)"; step 10: project back to e
         out_proj = self.out_proj
-        out = F.linear(_merge(out), out_proj.weight, out_proj.bias)  # [b, n_q, e]
+        out_weight = out_proj.weight if packed is None else packed[2]
+        out = F.linear(_merge(out), out_weight, out_proj.bias)  # [b, n_q, e]
         return out, (weights if need_weights else None)
 
     def __getstate__(self):
         """Copies and pickles never inherit a running :func:`mhsa.record_attention`."""
         state = dict(self.__dict__)
         state["_record"] = None
+        state["_packed"] = None
         return state
 
     def _check_inputs(self, query, key, value, self_attention, causal, positions) -> None:

@@ -52,6 +52,28 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, *, base: float = 1000
     n, d = x.shape[-2], x.shape[-1]
     if d % 2:
         raise ValueError(f"`x` must have an even last dimension d, got shape {tuple(x.shape)}")
+    check_positions(positions, n, x.device)
+    if isinstance(base, bool) or not isinstance(base, (int, float)):
+        raise TypeError(f"`base` must be a number, got {type(base).__name__}")
+    if base <= 0:
+        raise ValueError(f"`base` must be > 0, got {base}")
+    return rotate(x, *kept_angles(positions, d, float(base), x.dtype))
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotation of :func:`apply_rotary` with its angles given: ``[..., n, d]`` -> same.
+
+    ``cos`` and ``sin`` are ``[n, d]`` from :func:`rotary_angles` (half-split layout), in
+    ``x``'s dtype. A decoder computes them once per step and rotates the queries and keys
+    of every layer with them. No checks.
+    """
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (x1, x2) turned 90 degrees
+    return x * cos + rotated * sin
+
+
+def check_positions(positions, n: int, device) -> None:
+    """``TypeError``/``ValueError`` unless ``positions`` is an integer tensor ``[n]`` on ``device``."""
     if not isinstance(positions, torch.Tensor) or positions.is_floating_point() \
             or positions.is_complex() or positions.dtype == torch.bool:
         got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
@@ -59,16 +81,8 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, *, base: float = 1000
     if positions.shape != (n,):
         raise ValueError(f"`positions` must be [n] with n = x.shape[-2] = {n}, got shape "
                          f"{tuple(positions.shape)}")
-    if positions.device != x.device:
-        raise ValueError(f"`positions` is on {positions.device} but `x` is on {x.device}")
-    if isinstance(base, bool) or not isinstance(base, (int, float)):
-        raise TypeError(f"`base` must be a number, got {type(base).__name__}")
-    if base <= 0:
-        raise ValueError(f"`base` must be > 0, got {base}")
-    cos, sin = _angles(positions, d, float(base), x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    rotated = torch.cat([-x2, x1], dim=-1)  # the pair (x1, x2) turned by 90 degrees
-    return x * cos + rotated * sin
+    if positions.device != device:
+        raise ValueError(f"`positions` is on {positions.device} but `x` is on {device}")
 
 
 def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
@@ -93,7 +107,7 @@ def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
 _KEEP_UP_TO = 16  # positions per call
 
 
-def _angles(positions: torch.Tensor, d: int, base: float, dtype: torch.dtype):
+def kept_angles(positions: torch.Tensor, d: int, base: float, dtype: torch.dtype):
     """:func:`rotary_angles`, kept between calls for up to ``_KEEP_UP_TO`` CPU positions."""
     if positions.device.type != "cpu" or positions.shape[0] > _KEEP_UP_TO \
             or torch.compiler.is_compiling():  # traced by torch.compile: no value to read

@@ -185,6 +185,34 @@ def test_swiglu_equals_transformers_llama_mlp():
         torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_projections_give_the_same_outputs_and_are_dropped(bias):
+    """Packing (what generate does for one call) stacks q/k/v and gate/up and changes the
+    weights' memory layout only: outputs equal within 1e-5 (float32; sums in another order)."""
+    torch.manual_seed(9)
+    attn = mhsa.MultiHeadAttention(16, 4, num_kv_heads=2, bias=bias, rope_base=100.0)
+    ff = SwiGLU(16, 24, bias=bias)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        expected = attn(x, is_causal=True)[0], ff(x)
+        attn.pack_projections()
+        ff.pack_projections()
+        got = attn(x, is_causal=True)[0], ff(x)
+        attn.pack_projections(False)
+        ff.pack_projections(False)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    assert attn._packed is None and ff._packed is None
+
+
+def test_generate_leaves_no_packed_weights_behind():
+    model = small_model(2, 1, seed=10)
+    model.generate(torch.zeros(1, 3, dtype=torch.long), 2)
+    assert model._packed_lm_head is None
+    assert all(layer.attn._packed is None and layer.feed_forward._packed is None
+               for layer in model.layers)
+
+
 def test_runs_in_float64_and_keeps_the_dtype():
     """Tolerance 1e-5: transformers computes the rotary angles in float32 even for float64
     weights, mhsa in float64."""

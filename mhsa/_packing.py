@@ -1,0 +1,14 @@
+"""Weights laid out for decoding: a matrix-vector product reads them faster."""
+
+import torch
+
+
+def matvec_layout(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` ``[out, in]`` as a view of an ``[in, out]`` copy: the same matrix.
+
+    ``F.linear(x, w)`` gives the same numbers (up to float rounding: the sums run in
+    another order) but, with one or a few rows in ``x``, runs about 1.4-1.7x faster on the
+    CPU with this layout (measured for the benchmark's sizes; see benchmarks/README.md).
+    A copy: it does not follow later changes of ``weight``.
+    """
+    return weight.t().contiguous().t()
