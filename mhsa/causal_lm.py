@@ -292,7 +292,7 @@ class CausalLM(nn.Module):
 @contextlib.contextmanager
 def _packed_projections(model):
     """Within: every layer's q/k/v and gate/up weights stacked, and the weights in
-    :func:`mhsa._packing.matvec_layout`; built once, dropped after."""
+    ``mhsa._packing.matvec_layout``; built once, dropped after."""
     modules = [m for layer in model.layers for m in (layer.attn, layer.feed_forward)]
     try:
         for module in modules:

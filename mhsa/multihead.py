@@ -181,7 +181,7 @@ class MultiHeadAttention(nn.Module):
 
         While packed, self-attention projects queries, keys and values with one matrix
         product (the same numbers as three), and the stack and ``out_proj``'s weight are
-        held in the layout of :func:`mhsa._packing.matvec_layout` (faster for a few tokens;
+        held in the layout of ``mhsa._packing.matvec_layout`` (faster for a few tokens;
         equal up to float rounding). The copies do not follow later changes of the
         projections, and gradients do not reach them.
         :meth:`mhsa.CausalLM.generate` packs for the length of one call, under

@@ -69,9 +69,9 @@ class SwiGLU(nn.Module):
     def pack_projections(self, packed: bool = True) -> None:
         """Stack the gate and up weights into one matrix, or drop the stack.
 
-        While packed, :meth:`forward` computes both projections with one matrix product
+        While packed, ``forward`` computes both projections with one matrix product
         (the same numbers), and the stack and ``down_proj``'s weight are held in the
-        layout of :func:`mhsa._packing.matvec_layout` (faster for a few tokens; equal up to
+        layout of ``mhsa._packing.matvec_layout`` (faster for a few tokens; equal up to
         float rounding). The copies do not follow later changes of the projections, and
         gradients do not reach them.
         :meth:`mhsa.CausalLM.generate` packs for the length of one call, under

@@ -161,6 +161,7 @@ DERIVED = {
     "06.1": 2 * 4 * 5 * 7,  # batch, heads, target tokens, memory tokens
     "06.2": 6 * 7 // 2,
     "06.3": 4 * (32 * 32 + 32),
+    "06.3b": 4 * (32 * 32 + 32),  # 8 heads instead of 4: the same four 32 x 32 projections
     "07.1": (224 // 16) ** 2 + 1,
     "07.2": (5 // 2) * (8 // 2) + 6 // 2,  # patch row 2, column 3 in a 4 x 4 grid
     "07.3": 16 * 16 * 3 * 768 + 768,
@@ -169,6 +170,12 @@ DERIVED = {
     "09.2": 2 * 768,  # 4 n^2 e = 8 n e^2 at n = 2 e
     "09.3": 12 * 2 * (12 * 1024 * 64) * 2 / 2**20,  # layers, keys and values, entries, bytes
     "09.4": 2 * (2 * 1000 * 512 * 512) / 1e9,  # keys and values: 2 multiply-adds per weight
+    "10.1": math.exp(3.2),  # perplexity = e^(mean loss in nats)
+    "10.2": 2 * 80 * 8 * 128 * 2 / 2**10,  # keys and values, layers, kv heads, head_dim, bytes
+    "10.3": -math.log(0.01 / (99 + 0.01 * 512)),  # add-k: (0 + k) / (count(a) + k V)
+    "11.1": 32 * (4096 - 1),  # each layer reaches window - 1 positions further back
+    "11.2": 2 * 32 * 8 * 128 * 2 * 4096 / 2**20,  # per-token bytes times the window, in MiB
+    "11.3": 3,  # "x a b c d x a b": the last b's earlier copy sits at 2, the token after it at 3
 }
 # Chapter 8's answers are properties of the pretrained weights: tests/test_pretrained.py checks
 # them against sentence-transformers and transformers' BertModel.
