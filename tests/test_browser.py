@@ -3,7 +3,8 @@
 It fails on a broken internal link or anchor, math that MathJax did not render (raw TeX left in the text, or a
 MathJax error), an image or other file of the book that does not load, a JavaScript error, a notebook page
 without its executed outputs, and a Colab button that does not open the page's own notebook. Screenshots of a
-few pages go to ``_build/screenshots/`` for review.
+few pages, and of every diagram (SVG) in its chapter with the text around it, go to
+``_build/screenshots/`` for review.
 
 - Chromium: Debian's ``chromium`` package (``MHSA_CHROMIUM`` names another executable), driven by Playwright.
   Without either, the tests skip and say why; in CI (``CI=true``) they fail instead.
@@ -259,6 +260,13 @@ def take_screenshots(context, base):
             page.evaluate("(id) => document.getElementById(id)?.scrollIntoView()", anchor[1:])
         name = Path(path).stem + (f"-{anchor[1:]}" if anchor else "") + ".png"
         page.screenshot(path=str(SCREENSHOTS / name))
+    for path in sorted(p.relative_to(HTML).as_posix() for p in (HTML / "chapters").glob("*.html")):
+        page.goto(base + path, wait_until="load")
+        page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+        for diagram in page.locator("main img[src$='.svg']").all():  # each diagram with its text
+            diagram.evaluate("e => e.scrollIntoView({block: 'center'})")
+            stem = Path(diagram.get_attribute("src")).stem
+            page.screenshot(path=str(SCREENSHOTS / f"{Path(path).stem}-diagram-{stem}.png"))
     page.close()
 
 
