@@ -172,7 +172,7 @@ DERIVED = {
     "09.4": 2 * (2 * 1000 * 512 * 512) / 1e9,  # keys and values: 2 multiply-adds per weight
     "10.1": math.exp(3.2),  # perplexity = e^(mean loss in nats)
     "10.2": 2 * 80 * 8 * 128 * 2 / 2**10,  # keys and values, layers, kv heads, head_dim, bytes
-    "10.3": -math.log(0.01 / (99 + 0.01 * 512)),  # add-k: (0 + k) / (count(a) + k V)
+    "10.3": -math.log(0.01 / (99 + 0.01 * 512)),  # additive smoothing: (0 + alpha) / (count(a) + alpha V)
     "11.1": 32 * (4096 - 1),  # each layer reaches window - 1 positions further back
     "11.2": 2 * 32 * 8 * 128 * 2 * 4096 / 2**20,  # per-token bytes times the window, in MiB
     "11.3": 3,  # "x a b c d x a b": the last b's earlier copy sits at 2, the token after it at 3
@@ -216,6 +216,25 @@ def test_check_says_correct_within_the_tolerance_and_not_yet_outside(capsys):
 def test_check_tolerance_follows_what_the_question_asks(exercise, answer, verdict, capsys):
     check(exercise, answer)
     assert capsys.readouterr().out == f"exercise {exercise}: {verdict}\n"
+
+
+def test_check_prints_the_hint_for_a_listed_mistake_and_only_for_it(capsys):
+    # 11.1: 32 * 4096, the paper's round figure, instead of 32 * (4096 - 1)
+    check("11.1", 32 * 4096)
+    verdict, hint = capsys.readouterr().out.splitlines()
+    assert verdict == "exercise 11.1: not yet, try again"
+    assert hint.startswith("hint: ") and "4095" in hint
+    check("11.1", 32 * 4096 + 100)  # a wrong answer without a hint: the verdict alone
+    assert capsys.readouterr().out == "exercise 11.1: not yet, try again\n"
+
+
+def test_every_hint_is_for_a_wrong_answer():
+    from mhsa.teaching import answer_hints, answer_tolerance
+
+    for exercise in registered_answers():
+        for wrong, _ in answer_hints(exercise):
+            assert not math.isclose(wrong, expected_answer(exercise),
+                                    abs_tol=answer_tolerance(exercise)), exercise
 
 
 def test_unknown_exercise_is_a_clear_error():
