@@ -3,7 +3,8 @@
 A reader types a number and runs ``check("02.1", number)`` to learn whether it is
 right without opening the hidden solution. Each chapter's answers live in
 ``mhsa/answers/chNN.py`` as functions that compute them with the package, so they
-cannot drift from the code.
+cannot drift from the code. A module may also list, in a ``HINTS`` dict, common wrong
+answers with a hint that ``check`` prints when the reader gives one of them.
 """
 
 import importlib
@@ -59,8 +60,10 @@ def check(exercise: str, answer, *, tol: float | None = None) -> None:
         answer: the reader's number, or ``None`` while not answered yet.
         tol: absolute tolerance; by default :func:`answer_tolerance` of the exercise.
 
-    Prints one line: correct, not yet, or not answered yet. Returns nothing, so a
-    notebook cell shows only that line.
+    Prints one line: correct, not yet, or not answered yet; after "not yet", a second line
+    with a hint when the answer is a common mistake listed in the answers module's ``HINTS``
+    (``{"NN.k": [(wrong answer, hint), ...]}``, matched within the same tolerance). Returns
+    nothing, so a notebook cell shows only those lines.
 
     Raises:
         KeyError: unknown exercise.
@@ -77,6 +80,21 @@ def check(exercise: str, answer, *, tol: float | None = None) -> None:
         return
     right = math.isclose(value, expected, abs_tol=tol)
     print(f"exercise {exercise}: {'correct' if right else 'not yet, try again'}")
+    if not right:
+        for wrong, hint in answer_hints(exercise):
+            if math.isclose(value, wrong, abs_tol=tol):
+                print(f"hint: {hint}")
+                break
+
+
+def answer_hints(exercise: str) -> list[tuple[float, str]]:
+    """Common wrong answers to ``exercise`` with the hint ``check`` prints for each.
+
+    Raises:
+        KeyError: no answer is registered under that name.
+    """
+    module, exercise = _answers_module(exercise)
+    return list(getattr(module, "HINTS", {}).get(exercise, []))
 
 
 def glue(name: str, value) -> None:

@@ -35,3 +35,9 @@ ANSWERS = {
     "11.2": _mistral_windowed_cache_mib,
     "11.3": _induction_target,
 }
+
+# common wrong answers, with the hint the self-check prints for each
+HINTS = {
+    "11.1": [(32 * 4096, "32 * 4096 is the Mistral paper's round figure. A window of 4096 is the query "
+                         "and the 4095 keys before it: how far back does one layer reach?")],
+}
