@@ -21,6 +21,9 @@ SCRIPT = """
       return;
     }
     const plot = root.querySelector(".mhsa-head-view-plot");
+    // the menus and the plot's container are hidden until this script runs: without JavaScript the
+    // page shows only the status line, not dead menus above an empty block
+    root.querySelectorAll("[data-needs-script]").forEach((element) => { element.hidden = false; });
     const layer = root.querySelector("select[data-role=layer]");
     const head = root.querySelector("select[data-role=head]");
     let row = view.row;
@@ -71,22 +74,29 @@ SCRIPT = """
 def _options(role: str, labels: list[str], selected: int) -> str:
     items = "".join(f'<option value="{k}"{" selected" if k == selected else ""}>'
                     f"{html.escape(label)}</option>" for k, label in enumerate(labels))
+    # wide enough for the longest label and the arrow, whatever width the page's style gives menus
+    width = max(len(label) for label in labels) + 4
     return (f'<label style="margin-right:1em">{role} <select data-role="{role}" '
-            f'aria-label="{role}">{items}</select></label>')
+            f'aria-label="{role}" style="width:auto;min-width:{width}ch">{items}</select></label>')
 
 
 def page(view_id: str, figure_json: str, view: dict, layer_labels, head_labels, height: int) -> str:
-    """The HTML of one head view: controls, the plot's container, a status line, the script."""
+    """The HTML of one head view: controls, the plot's container, a status line, the script.
+
+    The controls and the container carry ``hidden`` until the script shows them, so a page read
+    without JavaScript shows the status line's message right under the code, not an empty block.
+    """
     data = json.loads(figure_json)
     payload = {**view, "figure": data}
     script = SCRIPT % {"id": json.dumps(view_id),
                        "view": json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")}
     return (
         f'<div class="mhsa-head-view" id="{view_id}">\n'
-        f'<div class="mhsa-head-view-controls">'
+        f'<div class="mhsa-head-view-controls" data-needs-script hidden>'
         f'{_options("layer", layer_labels, view["layer"])}'
         f'{_options("head", head_labels, view["head"])}</div>\n'
-        f'<div class="mhsa-head-view-plot" style="width:100%;height:{height}px"></div>\n'
+        f'<div class="mhsa-head-view-plot" data-needs-script hidden '
+        f'style="width:100%;height:{height}px"></div>\n'
         f'<p data-role="status" aria-live="polite">The interactive view needs JavaScript; the '
         f"static figure below shows the same table.</p>\n"
         f"</div>\n<script>{script}</script>\n"

@@ -28,6 +28,7 @@ def plot_attention(
     cmap: str = "viridis",
     colorbar_label: str = COLORBAR_LABEL,
     annotate: bool = True,
+    fontsize: float = 8,
     vmin=None,
     vmax=None,
     colorbar: bool = True,
@@ -45,6 +46,8 @@ def plot_attention(
         colorbar_label: label of the colour bar; say what the colours are when they are not
             attention weights (``"score"``, ``"scaled score"``).
         annotate: write each value in its cell.
+        fontsize: font size of those values, in points; raise it when the figure is shown smaller
+            than it is drawn (a wide figure on a narrow page).
         vmin, vmax: colour range; the table's own range when ``None``.
         colorbar: draw a colour bar next to the table.
 
@@ -80,7 +83,7 @@ def plot_attention(
             colour = "black" if v > middle else "white"
             if cmap in ("Greys", "gray_r"):
                 colour = "white" if v > middle else "black"
-            ax.text(j, i, format(v, fmt), ha="center", va="center", color=colour, fontsize=8)
+            ax.text(j, i, format(v, fmt), ha="center", va="center", color=colour, fontsize=fontsize)
     return ax
 
 
@@ -180,7 +183,9 @@ def head_view(
         key_tokens: ``n_k`` labels of the columns (keys); ``query_tokens`` when ``None``
             (self-attention). Pass the source tokens for cross-attention.
         title: what the weights are; the view adds ``": layer L, head H"``.
-        layer_labels: one label per layer; ``"layer 1"`` ... ``"layer L"`` when ``None``.
+        layer_labels: one label per layer, shown in the layer menu and the title; ``"layer 1"`` ...
+            ``"layer L"`` when ``None``. Number them from 1, as the course does
+            (``"decoder layer 1"``, not ``"decoder.layers.0"``).
             Heads are labelled ``"head 0"`` ... as in :func:`plot_heads`.
         layer, head, row: what is shown first (indices from 0).
         decimals: weights are rounded to this many decimals in the page (3 keeps it small).
