@@ -8,7 +8,7 @@ next to this file, byte-for-byte reproducibly. Legend: b batch, n tokens, e embe
 
 from diagram import GREEN, GREY, INPUT, PURPLE, QUERY, new_figure, note, save, stack
 
-WIDTH, HEIGHT = 7.8, 6.6
+WIDTH, HEIGHT = 7.8, 6.95
 ATTN, FF, NORM, DROP = ("box", "self_attn (multi-head)", QUERY), ("box", "feed_forward", GREEN), \
     PURPLE, GREY
 POST_NORM = [("text", "x [b, n, e]"), ATTN, ("box", "dropout1", DROP), ("plus", 1),
@@ -29,10 +29,11 @@ def draw():
     fig, ax = new_figure(WIDTH, HEIGHT)
     for cx, title, items, code in COLUMNS:
         note(ax, cx + 0.35, HEIGHT - 0.2, title, weight="bold", fontsize=10.5)
-        note(ax, cx + 0.35, HEIGHT - 0.58, code, mono=True, fontsize=8, align="left")
-        stack(ax, cx, HEIGHT - 1.05, items, step=0.57, box_h=0.33)
-    note(ax, 1.75 + 1.25, 0.22, "residual: the sum is normed", fontsize=8.5, colour=INPUT)
-    note(ax, 5.55 + 1.25, 0.22, "residual stream never normed", fontsize=8.5, colour=INPUT)
+        note(ax, cx + 0.35, HEIGHT - 0.6, code, mono=True, fontsize=9.5, align="left")
+        stack(ax, cx, HEIGHT - 1.1, items, step=0.57, box_h=0.33)
+    note(ax, 1.75 + 0.35, 0.25, "the sum is normed after every add", fontsize=9, colour=INPUT)
+    note(ax, 5.55 + 0.35, 0.25, "the layer leaves the stream un-normed;\n"
+         "the stack ends with one more LayerNorm", fontsize=9, colour=INPUT)
     ax.plot([3.85, 3.85], [0.1, HEIGHT - 0.1], color="#DDDDDD", linewidth=1)
     return fig
 

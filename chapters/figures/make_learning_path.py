@@ -13,15 +13,15 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 # (part caption, [(chapter number, title, what the reader builds or learns), ...])
 PARTS = [
     ("Part I: One head", [
-        (1, "Why context matters", "one word, two meanings"),
-        (2, "The attention table", "queries, keys, softmax,\nweighted values"),
+        (1, "Why context\nmatters", "one word,\ntwo meanings"),
+        (2, "The attention\ntable", "queries, keys, softmax,\nweighted values"),
     ]),
     ("Part II: Many heads and masks", [
         (3, "Many heads", "split, attend, merge,\nproject"),
         (4, "Masking", "padding and\ncausal masks"),
     ]),
     ("Part III: The transformer", [
-        (5, "The encoder layer", "residuals, layer norm,\nfeed-forward"),
+        (5, "The encoder\nlayer", "residuals, layer norm,\nfeed-forward"),
         (6, "The decoder and\ncross-attention", "memory, masked\nself-attention"),
     ]),
     ("Part IV: Beyond text and toy models", [
@@ -39,17 +39,21 @@ PARTS = [
 COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52", "#937860"]
 OUTPUT = Path(__file__).with_name("learning_path.svg")
 
-BOX_W, BOX_H = 2.1, 1.15  # one chapter box, in data units (inches at this figure size)
-GAP = 0.55  # between the two boxes of a part: room for the arrow
-PART_PAD = 0.18  # padding of a part's panel around its boxes
+# Sizes in inches. The figure is about 11.4 inches wide and the book shows it about 690 px wide,
+# so 1 pt of text is about 0.84 px there: 11 pt text reads at about 9 px.
+BOX_W, BOX_H = 2.3, 1.3  # one chapter box, in data units (inches at this figure size)
+TEXT_PT = 11  # chapter titles (bold) and what each chapter builds
+LINE = TEXT_PT * 1.15 / 72  # height of one line of that text
+GAP = 0.45  # between the two boxes of a part: room for the arrow
+PART_PAD = 0.15  # padding of a part's panel around its boxes
 PART_W = 2 * BOX_W + GAP + 2 * PART_PAD
-COLUMN_GAP = 0.5  # between the two parts of a row
-LEFT = 0.35  # left margin: the arrows from the end of one row to the start of the next run down it
-ROW_STEP = 2.25  # from one row of boxes to the next
+COLUMN_GAP = 0.45  # between the two parts of a row
+LEFT = 0.3  # left margin: the arrows from the end of one row to the start of the next run down it
+ROW_STEP = 2.35  # from one row of boxes to the next
 N_ROWS = (len(PARTS) + 1) // 2
 ROW_Y = [0.25 + ROW_STEP * (N_ROWS - 1 - row) for row in range(N_ROWS)]  # bottom of the boxes, top row first
 WIDTH = LEFT + 2 * PART_W + COLUMN_GAP
-HEIGHT = 0.25 + ROW_STEP * (N_ROWS - 1) + 1.8
+HEIGHT = 0.25 + ROW_STEP * (N_ROWS - 1) + 1.95
 
 
 def box_origin(part: int, slot: int) -> tuple[float, float]:
@@ -74,18 +78,20 @@ def draw() -> plt.Figure:
         ax.add_patch(FancyBboxPatch((x0 - PART_PAD, y0 - PART_PAD), PART_W, BOX_H + 2 * PART_PAD + 0.32,
                                     boxstyle="round,pad=0,rounding_size=0.12", facecolor=colour,
                                     alpha=0.12, edgecolor="none"))
-        ax.text(x0 - PART_PAD + 0.12, y0 + BOX_H + 0.14, caption, fontsize=10.5, fontweight="bold",
+        ax.text(x0 - PART_PAD + 0.12, y0 + BOX_H + 0.17, caption, fontsize=12, fontweight="bold",
                 color=colour, va="center", ha="left")
         for slot, (number, title, detail) in enumerate(chapters):
             x, y = box_origin(part, slot)
             ax.add_patch(FancyBboxPatch((x, y), BOX_W, BOX_H, boxstyle="round,pad=0,rounding_size=0.1",
                                         facecolor="white", edgecolor=colour, linewidth=1.8))
-            ax.text(x + 0.14, y + BOX_H - 0.2, str(number), fontsize=15, fontweight="bold",
+            ax.text(x + 0.12, y + BOX_H - 0.12, str(number), fontsize=16, fontweight="bold",
                     color=colour, va="top", ha="left")
-            indent = 0.48 if number < 10 else 0.62  # room for a two-digit number
-            ax.text(x + indent, y + BOX_H - 0.2, title, fontsize=9.5, fontweight="bold", va="top",
-                    ha="left", linespacing=1.15)
-            ax.text(x + indent, y + BOX_H - 0.66, detail, fontsize=8.5, color="#555555", va="top",
+            indent = 0.42 if number < 10 else 0.56  # room for a two-digit number
+            ax.text(x + indent, y + BOX_H - 0.15, title, fontsize=TEXT_PT, fontweight="bold",
+                    va="top", ha="left", linespacing=1.15)
+            # what the chapter builds: below the title, across the whole box
+            below_title = y + BOX_H - 0.15 - LINE * (title.count("\n") + 1) - 0.1
+            ax.text(x + 0.12, below_title, detail, fontsize=TEXT_PT, color="#444444", va="top",
                     ha="left", linespacing=1.15)
         if len(chapters) == 2:  # within a part: its first chapter -> its second
             arrow(ax, (x0 + BOX_W + 0.06, y0 + BOX_H / 2), (x0 + BOX_W + GAP - 0.06, y0 + BOX_H / 2))

@@ -1,5 +1,8 @@
 """Draw chapter 3's tensor recipe: project, split, attend per head, merge, project, with every shape.
 
+The steps carry the numbers of Source A's 11-step recipe as chapter 3 runs it: 1 input, 2 project,
+3-4 split, 5-6 scores and softmax, 7 weighted sum, 8-9 merge, 10 output projection, 11 result.
+
 Run with the course's Python: ``python chapters/figures/make_tensor_recipe.py``. It rewrites
 ``tensor_recipe.svg`` next to this file, byte-for-byte reproducibly. Legend: b batch, n tokens,
 h heads, d head_dim, e embed_dim, i/j query/key positions. On the right, the chapter's first example:
@@ -30,21 +33,21 @@ WIDTH, HEIGHT = 7.8, 6.2
 X, BOX_W, BOX_H = 1.45, 2.1, 0.48  # the pipeline's column of boxes
 # (title, shape, colour) from top to bottom, and between each pair the step that connects them
 STAGES = [
-    ("x", "[b, n, e]", INPUT),
+    ("x (step 1)", "[b, n, e]", INPUT),
     ("query, key, value", "[b, n, (h d)]", QUERY),
     ("q, k, v per head", "[b, h, n, d]", QUERY),
     ("attention weights", "[b, h, i, j]", OUTPUT),
     ("head outputs", "[b, h, n, d]", VALUE),
     ("heads side by side", "[b, n, (h d)]", VALUE),
-    ("output", "[b, n, e]", INPUT),
+    ("result (step 11)", "[b, n, e]", INPUT),
 ]
-STEPS = [  # (name, what it does, height of the gap)
-    ("1 project", "x W_Q, x W_K, x W_V", 0.38),
-    ("2 split", '"b n (h d) -> b h n d"', 0.38),
-    ("3 attend\nper head", 'scores "b h i d, b h j d -> b h i j"\n÷ √d, softmax over j', 0.5),
-    ("", 'weighted sum of values\n"b h i j, b h j d -> b h i d"', 0.5),
-    ("4 merge", '"b h n d -> b n (h d)"', 0.38),
-    ("5 project", "× W_O: width (h d) -> e", 0.38),
+STEPS = [  # (the text's step numbers and name, what it does, height of the gap)
+    ("2 project", "x W_Q, x W_K, x W_V", 0.38),
+    ("3–4 split", '"b n (h d) -> b h n d"', 0.38),
+    ("5–6 attend\nper head", 'scores "b h i d, b h j d -> b h i j"\n÷ √d, softmax over j', 0.5),
+    ("7", 'weighted sum of values\n"b h i j, b h j d -> b h i d"', 0.5),
+    ("8–9 merge", '"b h n d -> b n (h d)"', 0.38),
+    ("10 project", "× W_O: width (h d) -> e", 0.38),
 ]
 HEAD_COLOURS = [BLUE, ORANGE, GREEN, PURPLE, RED]
 
