@@ -2,7 +2,7 @@
 
 Run with the course's Python: ``python chapters/figures/make_one_head.py``. It rewrites
 ``one_head.svg`` next to this file, byte-for-byte reproducibly. Notation as in chapter 2: n tokens,
-e embed_dim, d_k the width of queries and keys, s_ij the scaled score and w_ij the weight of query i
+e embed_dim, d_k the width of queries and keys, q_i · k_j / √d_k the scaled score and w_ij the weight of query i
 and key j, o_i the output of token i. Queries take the rows of the table and keys its columns, so the
 K arrow lands on the column labels. The shading follows chapter 2's real table for "Hello world !"
 (the largest score and weight of every row in Hello's column), rounded: it is a picture, not data.
@@ -51,7 +51,7 @@ def draw():
     scores = table(ax, left, top, CELL, SCORES, GREY, rows=TOKENS, cols=TOKENS,
                    row_colour=QUERY, col_colour=KEY)
     centre = (scores[0] + scores[2]) / 2
-    note(ax, centre, scores[1] - 0.2, "scores s_ij = q_i · k_j / √d_k", weight="bold", fontsize=9.5)
+    note(ax, centre, scores[1] - 0.2, "scaled scores q_i · k_j / √d_k", weight="bold", fontsize=9.5)
     note(ax, centre, scores[1] - 0.45, "[n, n]: query i, key j", mono=True, fontsize=8.5)
     # queries reach the rows from the left, keys the columns from above
     arrow(ax, (q_box[2] + 0.04, 3.05), (left - 0.45, top - 1.5 * CELL), QUERY)
