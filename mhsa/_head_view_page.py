@@ -2,7 +2,7 @@
 
 The figure (a heatmap of one head's weights above a bar chart of one query's row) is built in Python
 with plotly; this script only draws it and swaps the data when the reader picks another layer or head,
-or hovers over (or clicks) a row. It calls the global ``Plotly`` of the page: the book loads the
+or hovers over a row; a click holds a row (hovering then changes nothing) until the next click. It calls the global ``Plotly`` of the page: the book loads the
 plotly.js that ships inside the plotly package (``chapters/_ext/plotly_js.py``), never from a CDN.
 """
 
@@ -27,12 +27,15 @@ SCRIPT = """
     const layer = root.querySelector("select[data-role=layer]");
     const head = root.querySelector("select[data-role=head]");
     let row = view.row;
+    let pinned = false;  // a click holds its row; hovering then changes nothing until the next click
     function describe() {
       const weights = view.weights[+layer.value][+head.value][row];
       const best = weights.indexOf(Math.max(...weights));
       status.textContent = "Query " + JSON.stringify(view.queries[row]) + " (row " + row
         + ") attends most to " + JSON.stringify(view.keys[best]) + " (weight "
-        + weights[best].toFixed(2) + "). Hover over or click a row to see another query.";
+        + weights[best].toFixed(2) + "). " + (pinned
+          ? "Held by a click: click it again to let the pointer choose, or click another row."
+          : "Hover over a row to see another query; click it to hold it while you read the bars.");
     }
     function draw() {
       const table = view.weights[+layer.value][+head.value];
@@ -44,18 +47,30 @@ SCRIPT = """
         "shapes[0].y0": row - 0.5, "shapes[0].y1": row + 0.5,
         "yaxis2.title.text": "row of " + JSON.stringify(view.queries[row])});
       root.dataset.shown = layer.value + "," + head.value + "," + row;
+      root.dataset.pinned = String(pinned);
       describe();
     }
-    function pick(event) {
+    function rowOf(event) {
       const point = event.points.find((p) => p.curveNumber === 0);
-      if (!point || point.pointIndex[0] === row) return;
-      row = point.pointIndex[0];
+      return point ? point.pointIndex[0] : null;
+    }
+    function hover(event) {
+      const picked = rowOf(event);
+      if (pinned || picked === null || picked === row) return;
+      row = picked;
+      draw();
+    }
+    function click(event) {
+      const picked = rowOf(event);
+      if (picked === null) return;
+      pinned = !(pinned && picked === row);  // a second click on the held row releases it
+      row = picked;
       draw();
     }
     Plotly.newPlot(plot, view.figure.data, view.figure.layout,
                    {responsive: true, displayModeBar: false}).then(() => {
-      plot.on("plotly_hover", pick);
-      plot.on("plotly_click", pick);
+      plot.on("plotly_hover", hover);
+      plot.on("plotly_click", click);
       layer.addEventListener("change", draw);
       head.addEventListener("change", draw);
       draw();

@@ -171,7 +171,8 @@ def head_view(
 
     The reader picks a layer and a head from two menus; the heatmap (queries on the rows, keys on the
     columns) shows that head's weights, and the bar chart under it shows one query's row: where that
-    token attends. Hovering over or clicking a row selects its query. Everything runs in the page's
+    token attends. Hovering over a row selects its query; a click holds a row (so the pointer can move
+    to the bars) until the next click. Everything runs in the page's
     browser, without a kernel, on the global ``Plotly`` of the page: the book loads plotly.js from its
     own ``_static`` folder (``chapters/_ext/plotly_js.py``). Inspired by bertviz's head view
     (Vig, 2019, "A multiscale visualization of attention in the Transformer model", section 3.1).

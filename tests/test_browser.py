@@ -473,6 +473,16 @@ def test_head_views_draw_offline_and_follow_their_menus_and_the_pointer():
                     hovered = view.evaluate(DRAWN)
                     if hovered["bars"] == after_layer["bars"] or hovered["status"] == after_layer["status"]:
                         problems.append(f"{name}: hovering over the last row showed nothing new")
+                    # a click holds its row: moving the pointer over other rows then changes nothing
+                    page.mouse.click(grid["x"] + grid["width"] / 2, grid["y"] + 3)
+                    page.wait_for_timeout(300)
+                    held = view.evaluate(DRAWN)
+                    page.mouse.move(grid["x"] + grid["width"] / 2, grid["y"] + grid["height"] - 3)
+                    page.wait_for_timeout(300)
+                    if held["bars"] == hovered["bars"]:
+                        problems.append(f"{name}: clicking the first row showed nothing new")
+                    if view.evaluate(DRAWN)["bars"] != held["bars"]:
+                        problems.append(f"{name}: the clicked row did not hold while the pointer moved")
                 problems += [f"{path}: JavaScript error: {e}" for e in errors
                              if not KNOWN_JS_ERRORS.search(e)]
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
