@@ -29,9 +29,6 @@ Sections (every timing is the minimum over repeats: other processes only add tim
    one ``MultiHeadAttention`` call against plain ``F.scaled_dot_product_attention`` code
    on a tiny input (target <= +20 us). Also the share of a cached step spent
    re-projecting the memory for cross-attention. ``--decode-only`` runs this section alone.
-   ``--split einops`` runs it with heads split and merged by ``mhsa.multihead.split_heads`` and
-   ``merge_heads`` (einops ``rearrange``) inside ``MultiHeadAttention`` instead of
-   their ``view``/``transpose`` twins: the price of einops in the forward pass.
 6. GPU, when CUDA is present: the sweep in bfloat16 (float16 on GPUs older than compute
    capability 8.0) with ``torch.cuda.max_memory_allocated``
    and the decode rates on the GPU.
@@ -381,19 +378,13 @@ def main():
                         help="section 5's decoding step and fixed cost only")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch intra-op threads (default: torch's choice, one per core)")
-    parser.add_argument("--split", choices=["view", "einops"], default="view",
-                        help="how MultiHeadAttention splits and merges heads (default: as shipped)")
     args = parser.parse_args()
-    if args.split == "einops":  # the same tensors (tests/test_multihead.py), einops' call cost
-        mhsa.multihead._split = mhsa.multihead.split_heads
-        mhsa.multihead._merge = mhsa.multihead.merge_heads
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats, rounds = (3, 10) if args.quick else (5, 30)
     lengths = [256, 512, 1024, 2048] if args.quick else [256, 512, 1024, 2048, 4096, 8192]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, "
-          f"python {platform.python_version()}, load average before {os.getloadavg()[0]:.2f}, "
-          f"heads split by {args.split}")
+          f"python {platform.python_version()}, load average before {os.getloadavg()[0]:.2f}")
     if not args.decode_only:
         print("\n1-2. sweep: batch 1, embed_dim 256, 8 heads, float32, CPU")
         sweep(lengths, explicit_max=4096, repeats=repeats)

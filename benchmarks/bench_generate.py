@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 import mhsa
 from mhsa.measure import interleaved_times
+from mhsa.multihead import merge_heads, split_heads
 
 LAYERS, WIDTH, HEADS, KV_HEADS, FF, VOCAB = 4, 256, 8, 2, 688, 1000
 PROMPT, NEW = 16, 128
@@ -161,17 +162,17 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     with torch.inference_mode():
         attn(torch.randn(1, n_cached, WIDTH), cache=by_hand)
 
-    def split(t, heads):  # what MultiHeadAttention.forward runs for "b n (h d) -> b h n d"
-        return t.unflatten(-1, (heads, -1)).transpose(1, 2)
+    split, merge = split_heads, merge_heads  # what forward runs: einops rearrange
+    projected = torch.randn(1, 1, (HEADS + 2 * KV_HEADS) * d)  # q, k and v of one token
 
     def attend_by_hand():  # the steps of MultiHeadAttention.forward, without it
-        q_ = split(F.linear(x, attn.q_proj.weight), HEADS)
-        k_ = split(F.linear(x, attn.k_proj.weight), KV_HEADS)
-        v_ = split(F.linear(x, attn.v_proj.weight), KV_HEADS)
+        heads = split(F.linear(x, torch.cat([attn.q_proj.weight, attn.k_proj.weight,
+                                             attn.v_proj.weight])), HEADS + 2 * KV_HEADS)
+        q_, k_, v_ = heads.split_with_sizes([HEADS, KV_HEADS, KV_HEADS], dim=1)
         q_, k_ = mhsa.apply_rotary(q_, pos), mhsa.apply_rotary(k_, pos)
         k_, v_ = by_hand.update(k_, v_)
         out = F.scaled_dot_product_attention(q_, k_, v_, enable_gqa=True)
-        F.linear(out.transpose(1, 2).flatten(2), attn.out_proj.weight)
+        F.linear(merge(out), attn.out_proj.weight)
 
     bare_cache, filled = torch.empty(2, 1, KV_HEADS, 8192, d), [n_cached]
 
@@ -200,12 +201,12 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
                 x[..., :KV_HEADS * d].view(1, 1, KV_HEADS, d).transpose(1, 2))
 
     attention_parts = {
-        "q/k/v projections": (
-            lambda: (F.linear(x, attn.q_proj.weight), F.linear(x, attn.k_proj.weight),
-                     F.linear(x, attn.v_proj.weight)),
+        "q/k/v projections": (  # unpacked: the stack is built on every call
+            lambda: F.linear(x, torch.cat([attn.q_proj.weight, attn.k_proj.weight,
+                                           attn.v_proj.weight])),
             lambda: F.linear(x, qkv).split([WIDTH, 2 * d, 2 * d], -1)),
-        "head split": (lambda: (split(x, HEADS), split(x[..., :2 * d], KV_HEADS),
-                                split(x[..., :2 * d], KV_HEADS)), split_bare),
+        "head split": (lambda: split(projected, HEADS + 2 * KV_HEADS).split_with_sizes(
+            [HEADS, KV_HEADS, KV_HEADS], dim=1), split_bare),
         "rotary positions": (
             lambda: (mhsa.apply_rotary(q, pos), mhsa.apply_rotary(k, pos)),
             lambda: (bare.rotate(q, n_cached), bare.rotate(k, n_cached))),
@@ -214,7 +215,7 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
             lambda: F.scaled_dot_product_attention(q, keys, keys, enable_gqa=True),
             lambda: F.scaled_dot_product_attention(q, keys, keys, enable_gqa=True)),
         "head merge + out projection": (
-            lambda: F.linear(q.transpose(1, 2).flatten(2), attn.out_proj.weight),
+            lambda: F.linear(merge(q), attn.out_proj.weight),
             lambda: F.linear(q.transpose(1, 2).reshape(1, 1, WIDTH), o)),
     }
     parts = {

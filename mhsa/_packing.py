@@ -1,4 +1,6 @@
-"""Weights laid out for decoding: a matrix-vector product reads them faster."""
+"""Weights laid out for decoding: stacked projections, read faster by a matrix-vector product."""
+
+import contextlib
 
 import torch
 
@@ -12,3 +14,20 @@ def matvec_layout(weight: torch.Tensor) -> torch.Tensor:
     A copy: it does not follow later changes of ``weight``.
     """
     return weight.t().contiguous().t()
+
+
+@contextlib.contextmanager
+def packed_projections(modules):
+    """Within: ``module.pack_projections()`` for each of ``modules``; dropped after, errors too.
+
+    The decoding loops (:meth:`mhsa.EncoderDecoder.greedy_decode`,
+    :meth:`mhsa.CausalLM.generate`) build the stacks once per call, not once per step.
+    """
+    modules = list(modules)
+    try:
+        for module in modules:
+            module.pack_projections()
+        yield
+    finally:
+        for module in modules:
+            module.pack_projections(False)

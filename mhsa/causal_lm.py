@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_bool_mask, check_int, check_int_tensor, check_rank
-from ._packing import matvec_layout
+from ._packing import matvec_layout, packed_projections
 from .attention import check_same_device
 from .cache import KVCache
 from .hf_llama import config_from_hf_llama, copy_hf_llama_weights
@@ -295,13 +295,10 @@ def _packed_projections(model):
     ``mhsa._packing.matvec_layout``; built once, dropped after."""
     modules = [m for layer in model.layers for m in (layer.attn, layer.feed_forward)]
     try:
-        for module in modules:
-            module.pack_projections()
-        model._packed_lm_head = matvec_layout(model.lm_head.weight)
-        yield
+        with packed_projections(modules):
+            model._packed_lm_head = matvec_layout(model.lm_head.weight)
+            yield
     finally:
-        for module in modules:
-            module.pack_projections(False)
         model._packed_lm_head = None
 
 

@@ -11,9 +11,11 @@ import torch
 from torch import nn
 
 from ._checks import check_int, check_int_tensor, check_positive_int, check_rank
+from ._packing import packed_projections
 from .cache import KVCache
 from .layers import DecoderLayer, EncoderLayer, dropout_module
 from .masks import padding_mask_from_ids
+from .multihead import MultiHeadAttention
 
 
 def sinusoidal_positional_encoding(n_tokens: int, embed_dim: int, *, base: float = 10000.0,
@@ -331,7 +333,10 @@ class EncoderDecoder(nn.Module):
         and the last position's arg-max becomes ``y_{t+1}``. A sequence that has produced
         ``eos_id`` is finished: the rest of its row is ``pad_id``. Decoding stops when every
         sequence is finished or after ``max_len`` tokens. Call ``model.eval()`` first, or
-        dropout makes the choices random. Runs without gradients (in inference mode).
+        dropout makes the choices random. Runs without gradients (in inference mode),
+        with the decoder's attention weights stacked once for the call
+        (:meth:`mhsa.MultiHeadAttention.pack_projections`): faster, equal up to float
+        rounding.
 
         With ``use_cache`` each decoder layer keeps the keys and values of the tokens
         already read in a :class:`mhsa.KVCache`, and each step runs the decoder on the
@@ -357,7 +362,9 @@ class EncoderDecoder(nn.Module):
         for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
             if isinstance(token, bool) or not isinstance(token, int):
                 raise TypeError(f"`{name}` must be an int, got {type(token).__name__}")
-        with torch.inference_mode():  # no autograd bookkeeping at all: faster than no_grad
+        attention = [m for m in self.decoder.modules() if isinstance(m, MultiHeadAttention)]
+        # no autograd bookkeeping at all (faster than no_grad), q/k/v stacked once per call
+        with torch.inference_mode(), packed_projections(attention):
             out = self._greedy_steps(src, bos_id, eos_id, max_len, use_cache)
         return out.clone()  # a normal tensor again: callers may write into it
 

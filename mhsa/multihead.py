@@ -7,6 +7,8 @@ Heads are split with ``"b n (h d) -> b h n d"`` and merged with its reverse,
 ``"b h n d -> b n (h d)"``. Masks are boolean, True = may attend.
 """
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
@@ -39,20 +41,6 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``[b, h, n, d] -> [b, n, h*d]``: the exact inverse of :func:`split_heads`."""
     return rearrange(x, "b h n d -> b n (h d)")
-
-
-def _split(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """``"b n (h d) -> b h n d"`` at the speed of ``view`` and ``transpose``.
-
-    The same tensor as :func:`split_heads` (tested exactly); the module calls this one
-    because an einops call costs a few microseconds more, which adds up in a decoding step.
-    """
-    return torch.unflatten(x, -1, (heads, -1)).transpose(1, 2)
-
-
-def _merge(x: torch.Tensor) -> torch.Tensor:
-    """``"b h n d -> b n (h d)"`` at the speed of ``transpose`` and ``flatten``: :func:`merge_heads`."""
-    return x.transpose(1, 2).flatten(2)
 
 
 def repeat_kv_heads(x: torch.Tensor, queries_per_kv_head: int) -> torch.Tensor:
@@ -116,6 +104,13 @@ class MultiHeadAttention(nn.Module):
         embed_dim, num_heads, num_kv_heads, qkv_dim, head_dim: as above.
         kdim, vdim, dropout, rope_base, window: as above.
 
+    Projections that read one tensor share one matrix product: when ``query``, ``key`` and
+    ``value`` are one tensor, ``forward`` stacks the q, k and v weights by rows (torch's
+    ``in_proj_weight``), projects once and splits all ``h + 2g`` heads with one einops call;
+    when only ``key`` and ``value`` are one tensor (a memory), it does so for k and v. The
+    numbers are those of three products up to float rounding, and gradients reach each of
+    the three layers through the stack (:meth:`pack_projections` keeps a stack between calls).
+
     Shape:
         - query: ``[b, n_q, e]``; key: ``[b, n_k, kdim]``; value: ``[b, n_k, vdim]``.
         - attn_mask: torch.bool, broadcastable to ``[b, h, n_q, n_k]``,
@@ -174,17 +169,19 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(vdim, kv_dim, **kw)  # vdim -> g*d
         self.out_proj = nn.Linear(qkv_dim, embed_dim, **kw)  # h*d -> e
         self._record = None  # (dict, name) while inside mhsa.record_attention
-        self._packed = None  # (q/k/v weight, q/k/v bias, out weight), see pack_projections
+        self._packed = None  # a _Packed while packed, see pack_projections
 
     def pack_projections(self, packed: bool = True) -> None:
-        """Stack the q/k/v weights into one matrix for self-attention, or drop the stack.
+        """Keep the stacked q/k/v weights between calls, or drop them.
 
-        While packed, self-attention projects queries, keys and values with one matrix
-        product (the same numbers as three), and the stack and ``out_proj``'s weight are
-        held in the layout of ``mhsa._packing.matvec_layout`` (faster for a few tokens;
-        equal up to float rounding). The copies do not follow later changes of the
-        projections, and gradients do not reach them.
-        :meth:`mhsa.CausalLM.generate` packs for the length of one call, under
+        ``forward`` projects with stacked weights (q/k/v, or k/v for one memory); unpacked,
+        it stacks them on every call. Packed, the q/k/v stack is built once (its query rows
+        and its key/value rows serve cross-attention), and it and ``out_proj``'s weight are
+        held in the layout of ``mhsa._packing.matvec_layout`` (faster for a few tokens; equal
+        up to float rounding). The copies are made without autograd: they do not follow
+        later changes of the projections, and gradients do not reach the layers through
+        them, so pack for inference only. :meth:`mhsa.CausalLM.generate` and
+        :meth:`mhsa.EncoderDecoder.greedy_decode` pack for the length of one call, under
         ``torch.inference_mode``.
 
         Raises:
@@ -196,10 +193,17 @@ class MultiHeadAttention(nn.Module):
         if not self.kdim == self.vdim == self.embed_dim:
             raise ValueError(f"packing needs kdim == vdim == embed_dim, got {self.kdim}, "
                              f"{self.vdim} and {self.embed_dim}")
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
-        qkv_weight = matvec_layout(torch.cat([p.weight for p in projections]))
-        self._packed = (qkv_weight, bias, matvec_layout(self.out_proj.weight))
+        with torch.no_grad():  # copies outside autograd, also when called in training
+            weight, bias = _stack(self.q_proj, self.k_proj, self.v_proj)
+            weight = matvec_layout(weight)
+            out_weight = matvec_layout(self.out_proj.weight)
+
+        def rows(part: slice):  # a view of some rows: the queries', or the keys' and values'
+            return weight[part], None if bias is None else bias[part]
+
+        q_rows, kv_rows = slice(None, self.qkv_dim), slice(self.qkv_dim, None)
+        self._packed = _Packed(qkv=(weight, bias), q=rows(q_rows), kv=rows(kv_rows),
+                               out=out_weight)
 
     def forward(self, query, key=None, value=None, *, attn_mask=None, is_causal=False,
                 need_weights=False, cache=None, positions=None):
@@ -282,28 +286,33 @@ class MultiHeadAttention(nn.Module):
         computes the rotary angles once for all layers (``generate``: once per call).
         """
         record = self._record  # inside mhsa.record_attention: (dict, name)
-        # steps 1-2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
-        # values: g*d). F.linear with the layers' weights, as torch.nn.MultiheadAttention
-        # does: three module calls fewer per step (forward hooks on q_proj & co. do not run)
+        packed = self._packed  # stacked weights kept between calls, see pack_projections
         h, g = self.num_heads, self.num_kv_heads
-        packed = self._packed
-        if packed is not None and key is query:  # packed: one matrix product
-            # steps 3-4 at once for the h query, g key and g value heads, "b n (h d) -> b h n d"
-            heads = _split(F.linear(query, packed[0], packed[1]), h + 2 * g)  # [b, h+2g, n, d]
+        # step 2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
+        # values: g*d); steps 3-4: split the heads, "b n (h d) -> b h n d". Projections that
+        # read the same tensor are stacked into one matrix, as in torch.nn.MultiheadAttention's
+        # in_proj_weight: one matrix product and one einops split for all their heads
+        if key is query and value is query:  # one tensor: queries, keys and values at once
+            weight, bias = packed.qkv if packed is not None else _stack(
+                self.q_proj, self.k_proj, self.v_proj)
+            # [b, h+2g, n, d]: heads 0..h-1 are the queries, the next g keys, the last g values
+            heads = split_heads(F.linear(query, weight, bias), h + 2 * g)
             q_and_k, v = heads.split_with_sizes([h + g, g], dim=1)
-            if angles is not None:  # rotary positions: queries and keys in one call
+            if angles is not None:  # rotary positions, before the cache stores the keys
                 q_and_k = rotate(q_and_k, *angles)
             q, k = q_and_k.split_with_sizes([h, g], dim=1)  # [b, h, n_q, d], [b, g, n_k, d]
-        else:
-            q_proj, k_proj, v_proj = self.q_proj, self.k_proj, self.v_proj
-            q = F.linear(query, q_proj.weight, q_proj.bias)
-            k = F.linear(key, k_proj.weight, k_proj.bias)
-            v = F.linear(value, v_proj.weight, v_proj.bias)
-            # steps 3-4: split the heads, "b n (h d) -> b h n d" (keys, values: g heads)
-            q = _split(q, h)  # [b, h, n_q, d]
-            k, v = _split(k, g), _split(v, g)  # [b, g, n_k, d]
-            if angles is not None:  # rotary positions, before the cache stores keys
-                q, k = rotate(q, *angles), rotate(k, *angles)
+        else:  # e.g. cross-attention (no rotary positions: forward refuses them with a key)
+            q_weight, q_bias = (packed.q if packed is not None
+                                else (self.q_proj.weight, self.q_proj.bias))
+            q = split_heads(F.linear(query, q_weight, q_bias), h)  # [b, h, n_q, d]
+            if value is key:  # one memory: g key and g value heads at once
+                kv_weight, kv_bias = (packed.kv if packed is not None
+                                      else _stack(self.k_proj, self.v_proj))
+                kv = split_heads(F.linear(key, kv_weight, kv_bias), 2 * g)  # [b, 2g, n_k, d]
+                k, v = kv.split_with_sizes([g, g], dim=1)  # [b, g, n_k, d] each
+            else:
+                k = split_heads(F.linear(key, self.k_proj.weight, self.k_proj.bias), g)
+                v = split_heads(F.linear(value, self.v_proj.weight, self.v_proj.bias), g)
         if cache is not None:  # decoding: the new queries see the cached keys, causally
             k, v = cache.update(k, v, window=self.window)  # [b, g, n_kept + n_q, d]
             is_causal = True
@@ -325,8 +334,8 @@ class MultiHeadAttention(nn.Module):
                                            enable_gqa=self.num_kv_heads != self.num_heads), None
         # steps 8-9: merge the heads, "b h n d -> b n (h d)"; step 10: project back to e
         out_proj = self.out_proj
-        out_weight = out_proj.weight if packed is None else packed[2]
-        out = F.linear(_merge(out), out_weight, out_proj.bias)  # [b, n_q, e]
+        out_weight = out_proj.weight if packed is None else packed.out
+        out = F.linear(merge_heads(out), out_weight, out_proj.bias)  # [b, n_q, e]
         return out, (weights if need_weights else None)
 
     def __getstate__(self):
@@ -339,6 +348,10 @@ class MultiHeadAttention(nn.Module):
     def _check_inputs(self, query, key, value, self_attention, causal, positions) -> None:
         dtype = self.q_proj.weight.dtype
         inputs = [("query", query, "n_q", "embed_dim", self.embed_dim)]
+        if self_attention and not self.kdim == self.vdim == self.embed_dim:
+            raise ValueError(f"self-attention (key=None) reads `query` as key and value: it needs "
+                             f"kdim == vdim == embed_dim, got {self.kdim}, {self.vdim} and "
+                             f"{self.embed_dim}; pass `key` and `value`")
         if not self_attention:  # key and value are query itself otherwise: checked once
             inputs += [("key", key, "n_k", "kdim", self.kdim),
                        ("value", value, "n_k", "vdim", self.vdim)]
@@ -386,6 +399,22 @@ class MultiHeadAttention(nn.Module):
         extra += "" if self.window is None else f"window={self.window}, "
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, {extra}"
                 f"qkv_dim={self.qkv_dim}, head_dim={self.head_dim}, dropout={self.dropout}")
+
+
+class _Packed(NamedTuple):
+    """:meth:`MultiHeadAttention.pack_projections`' weights: ``(weight, bias)`` for ``F.linear``."""
+
+    qkv: tuple  # q, k and v stacked by rows, [(h + 2g) * d, e], in matvec_layout
+    q: tuple  # its query rows: [h * d, e]
+    kv: tuple  # its key and value rows: [2g * d, e]
+    out: torch.Tensor  # out_proj's weight, in the same layout
+
+
+def _stack(*projections: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights and biases of ``projections`` stacked by rows: one ``F.linear`` for all."""
+    weight = torch.cat([p.weight for p in projections])
+    bias = None if projections[0].bias is None else torch.cat([p.bias for p in projections])
+    return weight, bias
 
 
 def _check_rope_base(rope_base, head_dim):

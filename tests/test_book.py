@@ -73,6 +73,17 @@ def test_notebook_is_stored_executed_in_order_without_errors(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_nbval_markers_are_written_as_nbval_reads_them(path):
+    """nbval obeys a marker only as a whole comment line: ``# NBVAL_IGNORE_OUTPUT: why`` is
+    silently ignored, so the reason goes on the next line."""
+    for cell in code_cells(path):
+        for line in "".join(cell["source"]).splitlines():
+            comment = line.strip().lstrip("#").strip()
+            if line.strip().startswith("#") and comment.startswith("NBVAL_"):
+                assert re.fullmatch(r"NBVAL_[A-Z_]+", comment), line
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_chapter_ends_with_three_exercises_with_hidden_solutions(path):
     text = "".join(
         "".join(c["source"]) for c in json.loads(path.read_text())["cells"]

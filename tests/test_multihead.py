@@ -462,6 +462,13 @@ def forward_error_cases():
     }
 
 
+def test_self_attention_needs_kdim_and_vdim_equal_to_embed_dim():
+    mha = MultiHeadAttention(16, 4, kdim=6, vdim=10)
+    with pytest.raises(ValueError, match=r"self-attention \(key=None\) .* kdim == vdim == "
+                                         r"embed_dim, got 6, 10 and 16"):
+        mha(torch.randn(2, 5, 16))
+
+
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
 @pytest.mark.parametrize("case", list(forward_error_cases()))
 def test_forward_errors(case, need_weights):
@@ -490,3 +497,50 @@ def test_from_torch_refuses_other_modules():
 def test_to_torch_refuses_qkv_dim():
     with pytest.raises(ValueError, match=r"`qkv_dim` \(8\) equal to `embed_dim` \(16\)"):
         MultiHeadAttention(16, 4, qkv_dim=8).to_torch()
+
+
+# --- one matrix product and one einops split per input tensor ---------------------------
+
+@pytest.mark.parametrize("call, splits", [
+    ("self", [6 + 2 * 3]),  # h + 2g heads from one stacked q/k/v projection
+    ("memory", [6, 2 * 3]),  # cross-attention, key is value: q, then k and v stacked
+    ("key_value", [6, 3, 3]),  # key and value from different tensors: three projections
+    ("self_key_other_value", [6, 3, 3]),  # key is query, value is not: nothing shared
+])
+def test_heads_are_split_and_merged_by_the_einops_functions(monkeypatch, call, splits):
+    seen = []
+    split, merge = mhsa.multihead.split_heads, mhsa.multihead.merge_heads
+    monkeypatch.setattr(mhsa.multihead, "split_heads",
+                        lambda x, h: seen.append(h) or split(x, h))
+    monkeypatch.setattr(mhsa.multihead, "merge_heads",
+                        lambda x: seen.append("merge") or merge(x))
+    mha = MultiHeadAttention(12, 6, num_kv_heads=3)
+    x, memory = torch.randn(2, 4, 12), torch.randn(2, 5, 12)
+    args = {"self": (x,), "memory": (x, memory), "key_value": (x, memory, memory.clone()),
+            "self_key_other_value": (x, x, memory[:, :4])}[call]
+    mha(*args)
+    assert seen == splits + ["merge"]
+
+
+@pytest.mark.parametrize("call", ["self", "memory", "key_value", "self_key_other_value"])
+def test_gradients_reach_each_projection_as_in_torch(call):
+    """The stacked q/k/v (or k/v) product passes torch's gradients to each of the three layers.
+
+    Tolerance TOL32: a weight's gradient sums over 2 x 3 query tokens the products of chains
+    no longer than the forward one, so the forward bound holds with room.
+    """
+    theirs = make_torch_mha("self", 0)
+    ours = MultiHeadAttention.from_torch(theirs)
+    x, memory = make_inputs("cross_nq_ne_nk", 0)[:2]
+    args = {"self": (x, x, x), "memory": (x, memory, memory),
+            "key_value": (x, memory, memory.flip(1)),
+            "self_key_other_value": (x, x, x.flip(1))}[call]
+    ours_args = {"self": (x,), "memory": args[:2]}.get(call, args)
+    theirs(*args, need_weights=False)[0].square().sum().backward()
+    ours(*ours_args)[0].square().sum().backward()
+    e = theirs.embed_dim
+    for i, projection in enumerate([ours.q_proj, ours.k_proj, ours.v_proj]):
+        rows = slice(i * e, (i + 1) * e)
+        torch.testing.assert_close(projection.weight.grad, theirs.in_proj_weight.grad[rows], **TOL32)
+        torch.testing.assert_close(projection.bias.grad, theirs.in_proj_bias.grad[rows], **TOL32)
+    torch.testing.assert_close(ours.out_proj.weight.grad, theirs.out_proj.weight.grad, **TOL32)
