@@ -288,10 +288,11 @@ class MultiHeadAttention(nn.Module):
         record = self._record  # inside mhsa.record_attention: (dict, name)
         packed = self._packed  # stacked weights kept between calls, see pack_projections
         h, g = self.num_heads, self.num_kv_heads
-        # step 2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] (keys and
-        # values: g*d); steps 3-4: split the heads, "b n (h d) -> b h n d". Projections that
-        # read the same tensor are stacked into one matrix, as in torch.nn.MultiheadAttention's
-        # in_proj_weight: one matrix product and one einops split for all their heads
+        # step 2 of the recipe: project every token, [b, n, e] -> [b, n, h*d] for the queries
+        # (g*d for the keys and for the values); steps 3-4: split the heads, "b n (h d) ->
+        # b h n d". Projections that read the same tensor are stacked into one matrix, as in
+        # torch.nn.MultiheadAttention's in_proj_weight: one matrix product, [b, n, (h+2g)*d]
+        # for query = key = value, and one einops split for all their heads
         if key is query and value is query:  # one tensor: queries, keys and values at once
             weight, bias = packed.qkv if packed is not None else _stack(
                 self.q_proj, self.k_proj, self.v_proj)
@@ -313,11 +314,14 @@ class MultiHeadAttention(nn.Module):
             else:
                 k = split_heads(F.linear(key, self.k_proj.weight, self.k_proj.bias), g)
                 v = split_heads(F.linear(value, self.v_proj.weight, self.v_proj.bias), g)
+        # beyond the recipe: rotary positions (above), the KV cache and the sliding window
+        # (chapters 9-11)
         if cache is not None:  # decoding: the new queries see the cached keys, causally
             k, v = cache.update(k, v, window=self.window)  # [b, g, n_kept + n_q, d]
             is_causal = True
         if attn_mask is not None and attn_mask.dim() and attn_mask.shape[-1] > k.shape[2]:
-            attn_mask = attn_mask[..., attn_mask.shape[-1] - k.shape[2]:]  # window dropped
+            # the cache kept only the window's last keys: keep the mask's columns for them
+            attn_mask = attn_mask[..., attn_mask.shape[-1] - k.shape[2]:]
         mask, square_causal = combine_masks(attn_mask, q.shape[2], k.shape[2], is_causal=is_causal,
                                             window=self.window, device=query.device)
         p = self.dropout if self.training else 0.0
