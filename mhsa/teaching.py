@@ -9,6 +9,7 @@ answers with a hint that ``check`` prints when the reader gives one of them.
 
 import importlib
 import math
+import re
 
 DEFAULT_TOLERANCE = 1e-2  # absolute; an answers module's TOLERANCES may set another per exercise
 
@@ -97,27 +98,76 @@ def answer_hints(exercise: str) -> list[tuple[float, str]]:
     return list(getattr(module, "HINTS", {}).get(exercise, []))
 
 
-def glue(name: str, value) -> None:
+def glue(name: str, value, fmt: str | None = None) -> None:
     """Store ``value`` under ``name`` for the book's text, without showing it in the cell.
 
-    The chapters' prose inserts it with myst-nb's ``glue:text`` role (the name, then a format
-    such as ``:.2f``), so a number in the text is always the one the cell computed. Where
-    myst-nb is not installed (a plain Jupyter or Colab runtime) this does nothing: the text
-    then has nothing to insert.
+    The chapters' prose inserts it with myst-nb's ``glue:text`` role, the name and then the
+    format the text shows it with (``{glue:text}`speedup:.1f```), so a number in the text is
+    always the one the cell computed. Where myst-nb is not installed (a plain Jupyter or
+    Colab runtime) this does nothing: the text then has nothing to insert.
 
-    A float is stored rounded to 6 significant digits: the text shows fewer, and the stored
-    output (which nbval compares) then does not change with the last bits of float arithmetic.
+    A float is stored rounded to the digits ``fmt`` shows (:func:`rounded_as_shown`), no
+    more: the last bits of float arithmetic change with the CPU's vector width, its BLAS and
+    the thread count, and a stored output that kept them would differ on a reader's machine
+    (nbval compares stored outputs strictly). ``tests/test_book.py`` checks that every float
+    a page shows was glued at the precision of its ``glue:text`` role.
 
     Args:
         name: the key the text refers to; unique within a notebook.
-        value: a Python number or string; a one-element tensor is converted with ``.item()``.
+        value: a Python number, bool or string; a one-element tensor is converted with
+            ``.item()``.
+        fmt: the format spec the text uses for this key, such as ``".2f"``, ``",.0f"`` or
+            ``".1%"``. Required for a float; optional otherwise.
+
+    Raises:
+        TypeError: ``value`` is a float and ``fmt`` is missing, or ``value`` is not a
+            number, bool or string.
+        ValueError: ``fmt`` is not a format spec that applies to ``value``.
     """
+    if hasattr(value, "item"):
+        value = value.item()
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"`value` of {name!r} must be a number, bool or string, got "
+                        f"{type(value).__name__}")
+    if isinstance(value, float):
+        if fmt is None:
+            raise TypeError(f"glue({name!r}, {value!r}) needs `fmt`, the format the text shows "
+                            "it with (such as '.2f'): a float is stored only to those digits")
+        value = rounded_as_shown(value, fmt)
+    elif fmt is not None:
+        try:
+            format(value, fmt)
+        except ValueError as error:
+            raise ValueError(f"`fmt` {fmt!r} does not apply to {value!r}: {error}") from None
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
         return
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float):
-        value = float(f"{value:.6g}")
     myst_glue(name, value, display=False)
+
+
+def rounded_as_shown(value: float, fmt: str) -> float:
+    """``value`` rounded to the digits that ``format(value, fmt)`` shows, as a float.
+
+    ``rounded_as_shown(0.0969519, ".2f") == 0.1``; ``rounded_as_shown(8191.6, ",.0f") ==
+    8192.0``; ``rounded_as_shown(0.12345, ".1%") == 0.123``; ``rounded_as_shown(1234.5,
+    ".3g") == 1230.0``. Formatting the result with ``fmt`` gives the same text as formatting
+    ``value``.
+
+    Raises:
+        ValueError: ``fmt`` is not a float format (its type must be one of ``eEfFgG%``).
+    """
+    if not fmt or fmt[-1] not in "eEfFgG%":
+        raise ValueError(f"`fmt` must be a float format such as '.2f', ',.0f', '.1%' or '.3g', "
+                         f"got {fmt!r}")
+    shown = format(value, fmt)
+    number = shown.replace(",", "").replace("_", "").strip()
+    if number.endswith("%"):
+        return _tidy(float(number[:-1]) / 100, fmt)
+    return float(number)
+
+
+def _tidy(value: float, fmt: str) -> float:
+    """``value / 100`` of a percentage, cut to the digits the percentage showed."""
+    digits = re.search(r"\.(\d+)", fmt)
+    return round(value, (int(digits[1]) if digits else 6) + 2)

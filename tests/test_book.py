@@ -6,6 +6,7 @@ executing them again: nbval (the chapters/ part of ``make test``) has just re-ru
 and compared each stored output, so the stored outputs are the fresh ones.
 """
 
+import ast
 import importlib.util
 import json
 import re
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mhsa.teaching import rounded_as_shown
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("install_cell", ROOT / ".ci" / "install_cell.py")
 install_cell = importlib.util.module_from_spec(_spec)
@@ -23,6 +26,7 @@ _spec.loader.exec_module(install_cell)
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
+IGNORE_TAG = "nbval-ignore-output"  # nbval does not compare this cell's outputs
 
 
 def toc_files():
@@ -69,18 +73,88 @@ def test_notebook_is_stored_executed_in_order_without_errors(path):
     for cell in cells:
         for output in cell["outputs"]:
             if output["output_type"] == "error":
-                assert "NBVAL_RAISES_EXCEPTION" in "".join(cell["source"])
+                assert "raises-exception" in cell["metadata"].get("tags", [])
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_nbval_markers_are_written_as_nbval_reads_them(path):
-    """nbval obeys a marker only as a whole comment line: ``# NBVAL_IGNORE_OUTPUT: why`` is
-    silently ignored, so the reason goes on the next line."""
+def test_no_nbval_comment_marker_is_left_in_the_code(path):
+    """An exemption from nbval's comparison is a cell tag, never a comment the reader sees."""
     for cell in code_cells(path):
         for line in "".join(cell["source"]).splitlines():
-            comment = line.strip().lstrip("#").strip()
-            if line.strip().startswith("#") and comment.startswith("NBVAL_"):
-                assert re.fullmatch(r"NBVAL_[A-Z_]+", comment), line
+            assert not re.match(r"\s*#\s*NBVAL_", line), line
+
+
+def has_assertion(source: str) -> bool:
+    """Whether code asserts something: an ``assert`` statement or an ``assert_*`` call."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name.startswith("assert_"):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exempt_output_has_its_reason_and_sits_beside_an_assertion(path):
+    """A cell whose output nbval does not compare (timings, digits of a training run) says why
+    in its metadata, and it or the next code cell asserts what the text claims about it."""
+    cells = [c for c in code_cells(path) if "".join(c["source"]).strip()]
+    for k, cell in enumerate(cells):
+        if IGNORE_TAG not in cell["metadata"].get("tags", []):
+            continue
+        source = "".join(cell["source"])
+        reason = cell["metadata"].get("nbval", {}).get("ignore_output_reason", "")
+        assert len(reason) >= 30, f"no reason for the exemption of the cell starting {source[:60]!r}"
+        following = "".join(cells[k + 1]["source"]) if k + 1 < len(cells) else ""
+        assert has_assertion(source) or has_assertion(following), (
+            f"exempt output without an assertion beside it: {source[:60]!r}")
+
+
+def glued_values(path) -> dict:
+    """The values a notebook's cells glued, as stored: ``{name: value}``."""
+    values = {}
+    for cell in code_cells(path):
+        for output in cell["outputs"]:
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = output.get("data", {}).get("application/papermill.record/text/plain")
+            if name and text is not None:
+                try:
+                    values[name] = ast.literal_eval(text)
+                except (SyntaxError, ValueError):
+                    values[name] = text
+    return values
+
+
+GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)(?::([^`]*))?`")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_glued_float_is_stored_at_the_precision_the_text_shows(path):
+    """Digits the text does not show are not stored: they would change with the CPU, and
+    nbval compares stored outputs strictly (``mhsa.teaching.glue``'s ``fmt``)."""
+    values = glued_values(path)
+    text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                     if c["cell_type"] == "markdown")
+    for name, fmt in GLUE_ROLE.findall(text):
+        assert name in values, f"the text inserts {name!r}, which no cell glues"
+        value = values[name]
+        if isinstance(value, float):
+            assert fmt and fmt[-1] in "eEfFgG%", f"float {name!r} shown without a float format"
+            assert rounded_as_shown(value, fmt) == value, (
+                f"{name!r} is stored as {value!r}, with more digits than {fmt!r} shows")
+
+
+def test_rounded_as_shown_keeps_exactly_the_digits_a_format_shows():
+    assert rounded_as_shown(0.0969519, ".2f") == 0.1
+    assert rounded_as_shown(1.88217, ".1f") == 1.9
+    assert rounded_as_shown(8191.6, ",.0f") == 8192.0
+    assert rounded_as_shown(0.12345, ".1%") == 0.123
+    assert rounded_as_shown(1234.5, ".3g") == 1230.0
+    assert rounded_as_shown(-0.136, "+.2f") == -0.14
+    with pytest.raises(ValueError, match="float format"):
+        rounded_as_shown(1.5, ",d")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
