@@ -245,7 +245,7 @@ def cache_bytes_per_token(num_kv_heads, n=PROMPT + 8):
     """KV-cache bytes per token measured from KVCache tensors, and the formula's value."""
     torch.manual_seed(0)
     model = mhsa.CausalLM(VOCAB, WIDTH, HEADS, FF, LAYERS, num_kv_heads=num_kv_heads).eval()
-    caches = [mhsa.KVCache() for _ in model.layers]
+    caches = [mhsa.KVCache(capacity=n) for _ in model.layers]  # nbytes: exactly n positions
     with torch.inference_mode():
         x = model.embed(torch.randint(VOCAB, (1, n)))
         for layer, cache in zip(model.layers, caches):

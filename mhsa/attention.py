@@ -137,14 +137,16 @@ def combine_masks(attn_mask, n_q: int, n_k: int, *, is_causal: bool = False,
     top-left alignment equals ours there, and no ``[n_q, n_k]`` tensor is built.
 
     No mask is built either when one query sees every key: causal with ``n_q == 1``, or a
-    window with ``n_q == 1`` and ``n_k <= window`` (a decoding step). No checks: callers
-    check ``attn_mask`` first.
+    window with ``n_q == 1`` and ``n_k <= window`` (a decoding step). While traced
+    (``torch.compile``, ``torch.export``) a window always builds its mask, so that no Python
+    comparison pins a symbolic ``n_k``. No checks: callers check ``attn_mask`` first.
     """
     if attn_mask is not None and attn_mask.dim() < 2:
         attn_mask = attn_mask.reshape((1,) * (2 - attn_mask.dim()) + tuple(attn_mask.shape))
     if not is_causal or (n_q == 1 and (window is None or n_k <= window)):
         return attn_mask, False
-    if window is None or window >= n_k:
+    # traced: no Python test of a symbolic n_k (the window mask is causal for window >= n_k)
+    if window is None or (not torch.compiler.is_compiling() and window >= n_k):
         if attn_mask is None and n_q == n_k:
             return None, True
         structural = causal_mask(n_q, n_k, device=device)
@@ -194,7 +196,8 @@ def fused_attention(query, key, value, mask=None, *, is_causal=False, dropout_p=
     Shapes: ``query`` ``[b, h, n_q, d]``, ``key``/``value`` ``[b, h_kv, n_k, d]`` -> ``[b, h, n_q, d]``.
     """
     n_q, n_k = query.shape[-2], key.shape[-2]
-    if query.device.type == "cpu" and min(n_q, n_k) >= _CONTIGUOUS_FROM:
+    if query.device.type == "cpu" and not torch.compiler.is_compiling() \
+            and min(n_q, n_k) >= _CONTIGUOUS_FROM:  # traced: lengths stay symbolic
         query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
     if mask is None or query.device.type in ("cpu", "meta"):
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask,

@@ -20,7 +20,7 @@ class KVCache:
 
     Use one cache per self-attention module and per batch of sequences::
 
-        cache = mhsa.KVCache()
+        cache = mhsa.KVCache(capacity=x.shape[1])  # room for every position, allocated once
         steps = [attn(x[:, t:t + 1], cache=cache)[0] for t in range(x.shape[1])]
         torch.cat(steps, dim=1)  # equals attn(x, is_causal=True)[0]
 
@@ -28,22 +28,39 @@ class KVCache:
     make a new cache) to start other sequences.
 
     Memory: a module with ``num_kv_heads`` key/value heads stores only those, so the cache
-    holds ``2 * batch * num_kv_heads * head_dim`` numbers per token (:attr:`nbytes` counts
-    them): grouped-query and multi-query attention shrink it by ``num_heads /
-    num_kv_heads``. Keys and values live in buffers allocated ahead and written in place;
-    when a buffer is full it is replaced by one twice the size needed (amortized O(1) per
-    token, no ``torch.cat`` per step). With a sliding ``window``, only the last
-    ``window - 1`` positions plus the new chunk are kept, so the memory stays bounded
-    however long the text.
+    needs ``2 * batch * num_kv_heads * head_dim`` numbers per token: grouped-query and
+    multi-query attention shrink it by ``num_heads / num_kv_heads``. Keys and values live
+    in two buffers allocated ahead and written in place. The first update allocates
+    ``capacity`` positions when given and its tokens fit, else twice what it writes, at
+    least 16; when a buffer is full it is replaced by one twice the size needed (amortized
+    O(1) per token, no ``torch.cat`` per step). :attr:`nbytes` counts what the two buffers
+    occupy, spare positions included, so a cache made with the exact ``capacity`` it will
+    need holds ``2 * batch * num_kv_heads * capacity * head_dim * element_size`` bytes.
+    With a sliding ``window``, only the last ``window - 1`` positions plus the new chunk
+    are kept, so the memory stays bounded however long the text; with a ``capacity`` of at
+    least the first update's length and at least ``2 * (window - 1 + n_new)`` for the later
+    ones, the buffers are never replaced (the kept part moves to their front when their
+    end is reached).
 
     Under autograd (new keys that require grad, grad mode on) the cache grows out of place
-    with ``torch.cat`` instead, so that gradients flow through every step.
+    with ``torch.cat`` instead, so that gradients flow through every step (no spare
+    positions then: ``capacity`` is not used).
+
+    Args:
+        capacity: positions to allocate at the first update, ``int >= 1``, or None for
+            the default growth. A caller that knows the length (prompt plus new tokens)
+            allocates exactly what it needs; more positions than ``capacity`` still fit,
+            the buffers then grow by doubling.
 
     Attributes:
         key: cached keys ``[batch, num_kv_heads, n_kept, head_dim]`` (a view of the filled
             part of the buffer), or None while empty. ``n_kept == len(self)`` without a
             window; with one, ``n_kept <= window - 1 + n_new``.
         value: cached values, same shape, or None while empty.
+
+    Raises:
+        TypeError: ``capacity`` is not an int (``16.0`` and ``True`` included).
+        ValueError: ``capacity`` is below 1.
 
     Source: the decoder of Vaswani et al. 2017, "Attention Is All You Need", section 3.2.3
     (a position attends to the positions up to and including itself), run incrementally;
@@ -53,8 +70,9 @@ class KVCache:
     ("rolling buffer cache") for the window.
     """
 
-    def __init__(self):
-        self._key: torch.Tensor | None = None  # buffers [b, h_kv, capacity, d]
+    def __init__(self, *, capacity: int | None = None):
+        self._capacity = None if capacity is None else check_int("capacity", capacity)
+        self._key: torch.Tensor | None = None  # buffers [b, h_kv, allocated positions, d]
         self._value: torch.Tensor | None = None
         self._start = self._end = 0  # the filled part is buffer[:, :, start:end]
         self._seen = 0  # positions written so far
@@ -76,11 +94,17 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the keys and values held (the filled part, not the spare capacity)."""
+        """Bytes that the key and value buffers occupy in memory, spare positions included.
+
+        Every allocated position counts, filled or not: ``2 * batch * num_kv_heads *
+        allocated * head_dim * element_size``, with ``allocated`` the buffers' positions
+        (``capacity`` after a first update that fits in it; 16 after a first update of one
+        token without ``capacity``). 0 while empty. The filled part alone is
+        ``key.nbytes + value.nbytes``.
+        """
         if self._key is None:
             return 0
-        b, h, _, d = self._key.shape
-        return 2 * b * h * (self._end - self._start) * d * self._key.element_size()
+        return self._key.nbytes + self._value.nbytes
 
     def update(self, key: torch.Tensor, value: torch.Tensor, *,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,8 +155,8 @@ class KVCache:
         return self._key.narrow(2, self._start, kept), self._value.narrow(2, self._start, kept)
 
     def reset(self) -> None:
-        """Empty the cache (and free its buffers), to decode other sequences."""
-        self.__init__()
+        """Empty the cache (and free its buffers), to decode other sequences; ``capacity`` stays."""
+        self.__init__(capacity=self._capacity)
 
     def __repr__(self) -> str:
         shape = None if self._key is None else tuple(self.key.shape)
@@ -155,9 +179,10 @@ class KVCache:
             # source and destination do not overlap)
             for x in (self._key, self._value):
                 x[:, :, :kept] = x[:, :, self._start:self._end]
-        else:  # allocate twice what is needed, copy the kept part
+        else:  # allocate the capacity asked for at first, else twice what is needed
             b, h, _, d = like.shape
-            capacity = max(2 * needed, 16)
+            first = buffer is None and self._capacity is not None and needed <= self._capacity
+            capacity = self._capacity if first else max(2 * needed, 16)
             fresh = [like.new_empty(b, h, capacity, d) for _ in range(2)]
             if buffer is not None:
                 for new, old in zip(fresh, (self._key, self._value)):

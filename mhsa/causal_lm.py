@@ -222,11 +222,21 @@ class CausalLM(nn.Module):
 
         With the cache (one :class:`mhsa.KVCache` per layer), the prompt is read once and
         each step reads only the newest token; without it, each step reads the whole
-        sequence again. Both give the same tokens (the cache changes the cost, not the
-        result). No end-of-sequence handling: exactly ``max_new_tokens`` are produced.
-        For the length of the call, the rotary angles of every position are computed once
-        and the projections are packed (:meth:`mhsa.MultiHeadAttention.pack_projections`,
-        :meth:`mhsa.SwiGLU.pack_projections`): faster, the same tokens.
+        sequence again. The caches are allocated once, for the ``n + max_new_tokens - 1``
+        positions read (the last new token is never read); with a ``window``, for at most
+        ``max(n, 2 * window)`` positions, which the window's cache reuses. No
+        end-of-sequence handling: exactly ``max_new_tokens`` are produced. For the length
+        of the call, the rotary angles of every position are computed once and the
+        projections are packed (:meth:`mhsa.MultiHeadAttention.pack_projections`,
+        :meth:`mhsa.SwiGLU.pack_projections`): faster, equal up to float rounding.
+
+        Cached and uncached decoding compute the same logits with matrices of other
+        shapes, so they are equal up to float rounding: in float32 within 1e-5 (measured:
+        at most 5e-6, for logits up to 5 in size, on the 4-layer, 256-wide model of
+        ``benchmarks/bench_generate.py``). The tokens are then the same unless the two
+        largest logits of a step are closer than that. In bfloat16 or float16 the
+        rounding is about 1e-2 (bfloat16) or 1e-3 (float16), and the tokens can and do
+        diverge (those of transformers' cached and uncached generation too).
 
         Args:
             ids: prompt ``[batch, n]``, integer tensor, ``n >= 1``.
@@ -248,7 +258,10 @@ class CausalLM(nn.Module):
         n = ids.shape[1]
         out = ids.new_empty(ids.shape[0], n + max_new_tokens)  # written in place
         out[:, :n] = ids
-        caches = [KVCache() for _ in self.layers] if use_cache else None
+        read, window = n + max_new_tokens - 1, self.layers[0].attn.window  # the last is not read
+        if window is not None:  # its kept part moves to the buffers' front: bounded, allocated once
+            read = min(read, max(n, 2 * window))
+        caches = [KVCache(capacity=max(read, 1)) for _ in self.layers] if use_cache else None
         table = self._rotary_angles(0, n + max_new_tokens, ids.device)  # built once per call
         with _packed_projections(self):  # q/k/v and gate/up: one matrix product each
             for t in range(n, n + max_new_tokens):
@@ -265,8 +278,9 @@ class CausalLM(nn.Module):
 
         Reads from ``model.config``: sizes, ``num_key_value_heads``, ``head_dim`` (mapped
         onto ``qkv_dim = num_heads * head_dim``), the rope theta (``rope_parameters`` in
-        transformers 5.x), ``rms_norm_eps``, ``sliding_window`` (Mistral; its config
-        defaults to 4096) and ``tie_word_embeddings``. transformers is not imported: any
+        transformers 5.x), ``rms_norm_eps``, ``sliding_window`` (Mistral only, whose config
+        defaults to 4096; a Llama config may carry the key, but transformers' Llama ignores
+        it, and so does this copy) and ``tie_word_embeddings``. transformers is not imported: any
         object with that config and those submodules works. The copy has the model's
         device and dtype, and is in eval mode.
 

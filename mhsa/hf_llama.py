@@ -7,6 +7,7 @@ transformers is never imported here: the functions read the model object they ar
 import torch
 
 SUPPORTED = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral"}
+WINDOWED = {"mistral"}  # model types whose attention reads ``config.sliding_window``
 
 
 def config_from_hf_llama(model) -> dict:
@@ -17,7 +18,10 @@ def config_from_hf_llama(model) -> dict:
 
     Returns:
         ``{"vocab_size", "embed_dim", "num_heads", "ff_dim", "num_layers", "num_kv_heads",
-        "qkv_dim", "rope_base", "window", "norm_eps", "tie_embeddings"}``.
+        "qkv_dim", "rope_base", "window", "norm_eps", "tie_embeddings"}``. ``window`` is
+        Mistral's ``sliding_window`` (None when that is None); for Llama it is always None,
+        even when its config carries a ``sliding_window`` key, which transformers' Llama
+        ignores.
 
     Raises:
         TypeError: ``model`` is not one of those two classes.
@@ -41,7 +45,8 @@ def config_from_hf_llama(model) -> dict:
         "num_kv_heads": config.num_key_value_heads or config.num_attention_heads,
         "qkv_dim": config.num_attention_heads * head_dim,
         "rope_base": float(_rope_parameters(config).get("rope_theta", 10000.0)),
-        "window": getattr(config, "sliding_window", None),  # Mistral only
+        "window": getattr(config, "sliding_window", None) if config.model_type in WINDOWED
+        else None,  # Llama ignores a sliding_window key in its config
         "norm_eps": config.rms_norm_eps,
         "tie_embeddings": bool(config.tie_word_embeddings),
     }

@@ -339,9 +339,13 @@ class EncoderDecoder(nn.Module):
         rounding.
 
         With ``use_cache`` each decoder layer keeps the keys and values of the tokens
-        already read in a :class:`mhsa.KVCache`, and each step runs the decoder on the
-        newest token only: the same tokens, faster (chapter 9 measures it). Inside
-        :func:`mhsa.record_attention` the decoder's weights then have one query row.
+        already read in a :class:`mhsa.KVCache` (allocated once, for ``max_len``
+        positions), and each step runs the decoder on the newest token only: faster
+        (chapter 9 measures it), and the same logits up to float rounding, so the same
+        tokens unless two top logits are closer than that rounding (about 1e-5 in
+        float32; in bfloat16 or float16 the tokens can diverge, see
+        :meth:`mhsa.CausalLM.generate`). Inside :func:`mhsa.record_attention` the decoder's
+        weights then have one query row.
 
         Args:
             src: source ids ``[batch, n_src]``.
@@ -377,7 +381,7 @@ class EncoderDecoder(nn.Module):
                          device=src.device)
         out[:, 0] = bos_id
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        cached = [KVCache() for _ in self.decoder.layers] if use_cache else None
+        cached = [KVCache(capacity=max_len) for _ in self.decoder.layers] if use_cache else None
         keep = padding_mask_from_ids(out, self.pad_id)  # [b, 1, 1, max_len + 1], built once
         padded = False  # has a pad id been written? Until then no target mask is needed
         for t in range(max_len):  # reads out[:, :t + 1], writes out[:, t + 1]

@@ -63,13 +63,15 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, *, base: float = 1000
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """The rotation of :func:`apply_rotary` with its angles given: ``[..., n, d]`` -> same.
 
-    ``cos`` and ``sin`` are ``[n, d]`` from :func:`rotary_angles` (half-split layout), in
-    ``x``'s dtype. A decoder computes them once per step and rotates the queries and keys
-    of every layer with them. No checks.
+    ``cos`` and ``sin`` are ``[n, d]`` from :func:`rotary_angles` (half-split layout),
+    usually in ``x``'s dtype. A decoder computes them once per step and rotates the queries
+    and keys of every layer with them. The result has ``x``'s dtype: under ``torch.autocast``
+    the projections give bfloat16 ``x`` while the angles stay float32, and keys promoted to
+    float32 would no longer match the unrotated bfloat16 values. No checks.
     """
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (x1, x2) turned 90 degrees
-    return x * cos + rotated * sin
+    return (x * cos + rotated * sin).to(x.dtype)  # a no-op when the dtypes agree
 
 
 def check_positions(positions, n: int, device) -> None:
@@ -109,8 +111,10 @@ _KEEP_UP_TO = 16  # positions per call
 
 def kept_angles(positions: torch.Tensor, d: int, base: float, dtype: torch.dtype):
     """:func:`rotary_angles`, kept between calls for up to ``_KEEP_UP_TO`` CPU positions."""
-    if positions.device.type != "cpu" or positions.shape[0] > _KEEP_UP_TO \
-            or torch.compiler.is_compiling():  # traced by torch.compile: no value to read
+    # first: traced (torch.compile; torch.export, strict or not, sets is_compiling too), there
+    # are no values to read, and a Python test of the length would pin a symbolic length
+    if torch.compiler.is_compiling() or positions.device.type != "cpu" \
+            or positions.shape[0] > _KEEP_UP_TO:
         return rotary_angles(positions, d, base=base, dtype=dtype)
     return _kept_angles(tuple(positions.tolist()), d, base, dtype)
 

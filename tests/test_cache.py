@@ -86,6 +86,88 @@ def test_update_rejects_keys_that_do_not_continue_the_cache(shape, dtype, error,
     assert len(cache) == 5  # a refused update changes nothing
 
 
+# -- KVCache's memory: capacity and nbytes ------------------------------------------------------
+
+def kv(n, fill=0.0, batch=2, heads=3, d=4, dtype=torch.float32):
+    """New keys (or values) ``[batch, heads, n, d]``."""
+    return torch.full((batch, heads, n, d), fill, dtype=dtype)
+
+
+def test_capacity_allocates_exactly_that_many_positions_once():
+    """nbytes = 2 (k, v) * b * g * capacity * d * element size, filled or not."""
+    cache = KVCache(capacity=5)
+    assert cache.nbytes == 0
+    keys, _ = cache.update(kv(2, 1.0), kv(2, -1.0))
+    storage = keys.untyped_storage().data_ptr()
+    assert cache.nbytes == 2 * 2 * 3 * 5 * 4 * 4  # float32, 3 of the 5 positions still empty
+    keys, values = cache.update(kv(3, 2.0), kv(3, -2.0))
+    assert keys.untyped_storage().data_ptr() == storage  # written in place, no new buffer
+    assert cache.nbytes == 2 * 2 * 3 * 5 * 4 * 4 and len(cache) == 5
+    assert torch.equal(keys[0, 0, :, 0], torch.tensor([1.0, 1.0, 2.0, 2.0, 2.0]))
+    assert torch.equal(values, -keys)
+    assert cache.key.nbytes + cache.value.nbytes == cache.nbytes  # full: no spare position
+    half = KVCache(capacity=3)
+    half.update(kv(1, dtype=torch.bfloat16), kv(1, dtype=torch.bfloat16))
+    assert half.nbytes == 2 * 2 * 3 * 3 * 4 * 2  # bfloat16: 2 bytes a number
+
+
+def test_nbytes_counts_the_spare_positions_of_the_buffers():
+    """Without capacity one token allocates 16 positions; beyond capacity the buffers double."""
+    cache = KVCache()
+    cache.update(kv(1), kv(1))
+    assert cache.nbytes == 2 * 2 * 3 * 16 * 4 * 4  # 16 allocated, 1 filled
+    assert cache.key.nbytes + cache.value.nbytes == 2 * 2 * 3 * 1 * 4 * 4
+    grown = KVCache(capacity=4)
+    grown.update(kv(4), kv(4))
+    assert grown.nbytes == 2 * 2 * 3 * 4 * 4 * 4
+    grown.update(kv(1, 5.0), kv(1))  # a fifth position: twice the 5 needed, at least 16
+    assert grown.nbytes == 2 * 2 * 3 * 16 * 4 * 4 and len(grown) == 5
+    assert torch.equal(grown.key[0, 0, :, 0], torch.tensor([0.0, 0.0, 0.0, 0.0, 5.0]))
+    too_long = KVCache(capacity=4)
+    too_long.update(kv(10), kv(10))  # a first update longer than capacity: the usual growth
+    assert too_long.nbytes == 2 * 2 * 3 * 20 * 4 * 4
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_window_cache_with_twice_its_span_as_capacity_never_reallocates(chunk):
+    """Window 4, chunks of 1 or 2: ``capacity = 2 * (window - 1 + chunk)`` positions hold
+    every step; the kept part moves to the front of the same buffers."""
+    window, capacity = 4, 2 * (4 - 1 + chunk)
+    cache, storages = KVCache(capacity=capacity), set()
+    with torch.no_grad():
+        for t in range(0, 60, chunk):
+            keys, _ = cache.update(kv(chunk, float(t)), kv(chunk), window=window)
+            storages.add(keys.untyped_storage().data_ptr())
+            assert cache.nbytes == 2 * 2 * 3 * capacity * 4 * 4
+    assert len(storages) == 1 and len(cache) == 60
+    kept = range(60 - (window - 1 + chunk), 60)  # the last positions, in order
+    expected = torch.tensor([float(p - p % chunk) for p in kept])  # each chunk's fill value
+    assert torch.equal(keys[0, 0, :, 0], expected)
+
+
+def test_reset_keeps_the_capacity():
+    cache = KVCache(capacity=7)
+    cache.update(kv(2), kv(2))
+    cache.reset()
+    assert len(cache) == 0 and cache.nbytes == 0
+    cache.update(kv(1), kv(1))
+    assert cache.nbytes == 2 * 2 * 3 * 7 * 4 * 4
+
+
+@pytest.mark.parametrize("capacity, error, match", [
+    (0, ValueError, "`capacity` must be a positive int, got 0"),
+    (-3, ValueError, "`capacity` must be a positive int, got -3"),
+    (16.0, TypeError, "`capacity` must be an int, got float 16.0"),
+    (True, TypeError, "`capacity` must be an int, got bool"),
+    ("16", TypeError, "`capacity` must be an int, got str"),
+])
+def test_capacity_rejects_bad_values(capacity, error, match):
+    with pytest.raises(error, match=match):
+        KVCache(capacity=capacity)
+    with pytest.raises(TypeError, match="positional argument"):
+        KVCache(16)  # keyword only
+
+
 # -- MultiHeadAttention with a cache ------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -292,3 +374,21 @@ def test_greedy_decode_masks_a_generated_pad_like_decode_does():
             out = torch.cat([out, next_id[:, None]], dim=1)
     assert torch.equal(cached, out[:, 1:])
     assert torch.equal(model.greedy_decode(src, bos_id=1, eos_id=-1, max_len=10), cached)
+
+
+def test_greedy_decode_allocates_each_cache_once_for_max_len_positions(monkeypatch):
+    made = []
+
+    class Recorded(KVCache):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(mhsa.models, "KVCache", Recorded)
+    model = make_model(4)
+    src = torch.randint(3, 13, (3, 6), generator=torch.Generator().manual_seed(4))
+    out = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=9, use_cache=True)
+    assert len(made) == 2 and out.shape[1] == 9  # no row finished: every position was read
+    for cache in made:  # 2 (k, v) * b * h * max_len * d * float32: allocated once, exactly
+        assert len(cache) == 9 and cache.nbytes == 2 * 3 * 4 * 9 * 8 * 4
+        assert cache.key.untyped_storage().nbytes() == 3 * 4 * 9 * 8 * 4  # the key buffer

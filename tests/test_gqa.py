@@ -197,11 +197,15 @@ def test_to_torch_refuses_what_torch_cannot_hold(num_kv_heads):
 
 @pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
 def test_cache_stores_only_the_key_value_heads(num_kv_heads):
-    mha = make(num_kv_heads)
-    _, cache = decode_in_chunks(mha, torch.randn(3, 5, EMBED), [2, 1, 2])
-    d = EMBED // HEADS
+    """nbytes = 2 (k, v) * b * g * allocated positions * d * 4 (float32)."""
+    mha, x, d = make(num_kv_heads), torch.randn(3, 5, EMBED), EMBED // HEADS
+    _, cache = decode_in_chunks(mha, x, [2, 1, 2])  # autograd: grown by torch.cat, no spare
     assert cache.key.shape == cache.value.shape == (3, num_kv_heads, 5, d)
-    assert cache.nbytes == 2 * 3 * num_kv_heads * 5 * d * 4  # 2 (k, v) * b * g * n * d * float32
+    assert cache.nbytes == 2 * 3 * num_kv_heads * 5 * d * 4
+    with torch.no_grad():  # in place: the first update (2 tokens) allocated 16 positions
+        _, cache = decode_in_chunks(mha, x, [2, 1, 2])
+    assert cache.key.shape == (3, num_kv_heads, 5, d)
+    assert cache.nbytes == 2 * 3 * num_kv_heads * 16 * d * 4
 
 
 def test_cache_writes_in_place_and_grows_geometrically():
@@ -212,7 +216,8 @@ def test_cache_writes_in_place_and_grows_geometrically():
             buffers.add(keys.untyped_storage().data_ptr())
     assert len(cache) == 100 and keys.shape == (1, 2, 100, 4)
     assert torch.equal(cache.key[0, 0, :, 0], torch.arange(100.0))
-    assert len(buffers) <= 4  # 16, 32, 64 then 128 positions: log2(100 / 8) buffers, not 100
+    assert len(buffers) <= 4  # 16, 34, 70 then 142 positions: log2(100 / 8) buffers, not 100
+    assert cache.nbytes == 2 * 1 * 2 * 142 * 4 * 4  # the buffers: 142 positions, 100 filled
 
 
 @pytest.mark.parametrize("chunk", [1, 3])
@@ -226,7 +231,7 @@ def test_window_cache_memory_is_bounded(chunk):
             assert cache.key.shape[2] <= 3 + chunk  # window - 1 kept + the new chunk
             most = max(most, cache._key.shape[2])  # the buffer's capacity
     assert len(cache) == 60
-    assert cache.nbytes == 2 * 1 * 2 * (3 + chunk) * (EMBED // HEADS) * 4
+    assert cache.nbytes == 2 * 1 * 2 * 16 * (EMBED // HEADS) * 4  # the first 16 positions, reused
     assert most <= max(16, 2 * (3 + chunk))  # never grew with the text
 
 

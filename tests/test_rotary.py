@@ -3,6 +3,8 @@
 Oracle: transformers' ``apply_rotary_pos_emb`` with the cos/sin of ``LlamaRotaryEmbedding``
 (a test oracle only; mhsa does not import transformers). Tolerances: float32 1e-6 (atol and
 rtol; both compute the same products in the same order up to the angle table), float64 1e-12.
+A module with rotary positions under ``torch.autocast(bfloat16)``: AUTOCAST_TOL below;
+exported or compiled against eager: 1e-5.
 """
 
 import pytest
@@ -11,10 +13,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mhsa
-from mhsa import apply_rotary
+from mhsa import KVCache, MultiHeadAttention, apply_rotary
+
+from tolerances import worst_case
 
 TOL32 = {"atol": 1e-6, "rtol": 1e-6}
 TOL64 = {"atol": 1e-12, "rtol": 1e-12}
+# Under torch.autocast("cpu", bfloat16) one attention output entry goes through about ten
+# roundings to bfloat16 of values of size about 1 (the input and each weight matrix as a
+# product reads them; q/k/v, the rotated q/k, the scores and weights on the explicit path,
+# the attention output, the result), each off by at most eps/2 relative; the sums run in
+# float32. Worst case 10 * eps / 2 = 5 * eps(bfloat16) = 0.039, atol and rtol (measured:
+# below 0.005).
+AUTOCAST_TOL = worst_case(torch.bfloat16, 5)
 
 
 def transformers_rotary(q, k, positions, base):
@@ -182,3 +193,82 @@ def test_compiles_without_graph_break_or_warning():
         warnings.simplefilter("error")
         got = compiled(x, torch.arange(5) + 2)
     torch.testing.assert_close(got, apply_rotary(x, torch.arange(5) + 2, base=100.0), **TOL32)
+
+
+# -- a module with rotary positions under torch.autocast, torch.export and torch.compile ----
+
+def rope_attention(seed=0):
+    torch.manual_seed(seed)
+    return MultiHeadAttention(32, 4, num_kv_heads=2, rope_base=10000.0).eval()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_path_runs_under_autocast_bfloat16(seed):
+    """Fused, explicit (need_weights), step by step with a KVCache, and recorded: each in
+    bfloat16, within AUTOCAST_TOL of float32, and the fused and explicit paths agree."""
+    mha = rope_attention(seed)
+    x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        expected, expected_weights = mha(x, is_causal=True, need_weights=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fused, _ = mha(x, is_causal=True)
+            explicit, weights = mha(x, is_causal=True, need_weights=True)
+            cache = KVCache()
+            steps = torch.cat([mha(x[:, t:t + 1], cache=cache)[0] for t in range(7)], dim=1)
+            with mhsa.record_attention(mha) as recorded:
+                in_record, _ = mha(x, is_causal=True)
+    got = {"fused": fused, "explicit": explicit, "cache": steps, "record_attention": in_record}
+    for path, out in got.items():
+        assert out.dtype == torch.bfloat16, path
+        torch.testing.assert_close(out.float(), expected, **AUTOCAST_TOL, msg=path)
+    assert cache.key.dtype == cache.value.dtype == torch.bfloat16
+    torch.testing.assert_close(weights.float(), expected_weights, **AUTOCAST_TOL)
+    torch.testing.assert_close(recorded[""].float(), expected_weights, **AUTOCAST_TOL)
+    torch.testing.assert_close(fused.float(), explicit.float(), **AUTOCAST_TOL)
+
+
+def test_rotate_keeps_the_dtype_of_its_input():
+    """bfloat16 queries and keys rotated with float32 angles (as under autocast) stay
+    bfloat16: the sum is formed in float32 and rounded once."""
+    from mhsa.rotary import rotary_angles, rotate
+
+    x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(5))
+    cos, sin = rotary_angles(torch.arange(5), 8)  # float32
+    out = rotate(x.to(torch.bfloat16), cos, sin)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, rotate(x.to(torch.bfloat16).float(), cos, sin).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_exports_with_a_dynamic_sequence_length(need_weights):
+    """One exported program for every length: 5 and 40 lie on both sides of the 16
+    positions whose angles eager mode keeps, and past no guard on the length."""
+    mha = rope_attention()
+    kwargs = {"is_causal": True, "need_weights": need_weights}
+    x = torch.randn(2, 20, 32, generator=torch.Generator().manual_seed(6))
+    n = torch.export.Dim("n")  # no upper bound
+    program = torch.export.export(mha, (x,), kwargs, dynamic_shapes={
+        "query": {1: n}, "is_causal": None, "need_weights": None}).module()
+    for length in (5, 40):
+        x = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            expected = mha(x, **kwargs)
+        for got, want in zip(program(x, **kwargs), expected):
+            if want is not None:
+                torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="no torch.compile here")
+def test_compiles_once_for_every_length_with_dynamic_shapes():
+    """torch.compile(dynamic=True) traces one graph for lengths 5, 40 and 3: a recompilation
+    raises. backend="eager" keeps it fast: the guards on the length come from tracing, which
+    every backend shares (inductor needs about 30 s here)."""
+    mha = rope_attention()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: mha(x, is_causal=True)[0], dynamic=True,
+                             fullgraph=True, backend="eager")
+    with torch._dynamo.config.patch(error_on_recompile=True), torch.no_grad():
+        for length in (5, 40, 3):
+            x = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
+            torch.testing.assert_close(compiled(x), mha(x, is_causal=True)[0],
+                                       atol=1e-5, rtol=1e-5)

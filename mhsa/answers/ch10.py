@@ -14,7 +14,8 @@ def _perplexity_from_loss() -> float:
 
 def _llama2_70b_kib_per_token() -> float:
     """10.2: KiB of float16 KV cache per token, 80 layers of 8 key/value heads of 128."""
-    cache, keys = KVCache(), torch.zeros(1, 8, 1, 128, dtype=torch.float16)  # one layer, one token
+    # one layer, one token: capacity=1 allocates that one position (nbytes counts the buffers)
+    cache, keys = KVCache(capacity=1), torch.zeros(1, 8, 1, 128, dtype=torch.float16)
     cache.update(keys, keys.clone())
     return 80 * cache.nbytes / 2**10
 
