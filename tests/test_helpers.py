@@ -296,3 +296,18 @@ def test_one_exception_type_per_kind_of_mistake(value, error):
     for call in calls:
         with pytest.raises(error):
             call()
+
+
+def test_glue_needs_the_format_the_text_shows_a_float_with():
+    from mhsa.teaching import glue
+
+    with pytest.raises(TypeError, match=r"needs `fmt`.*'\.2f'"):
+        glue("ratio", 0.0969519)
+    with pytest.raises(TypeError, match=r"needs `fmt`"):
+        glue("ratio", torch.tensor(0.5))  # a one-element tensor is a float too
+    with pytest.raises(ValueError, match=r"float format"):
+        glue("ratio", 0.5, ",d")
+    with pytest.raises(ValueError, match=r"`fmt` ',d' does not apply to 'two'"):
+        glue("word", "two", ",d")
+    with pytest.raises(TypeError, match=r"number, bool or string, got list"):
+        glue("heads", [1, 2])
