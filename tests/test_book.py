@@ -206,3 +206,13 @@ def test_strict_book_build_succeeds_with_stored_outputs(tmp_path):
     for path in NOTEBOOKS:
         page = (html / "chapters" / f"{path.stem}.html").read_text()
         assert "cell_output" in page, f"{path.name} was rendered without outputs"
+
+
+def test_make_test_runs_nbval_again_with_the_float_paths_perturbed():
+    """`make test` (so `.ci/run`) ends with nbval over every chapter as another CPU would run it."""
+    result = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, check=True)
+    perturbed = [line for line in result.stdout.splitlines() if "pytest chapters" in line]
+    assert len(perturbed) == 1, result.stdout
+    for setting in ("ATEN_CPU_CAPABILITY=default", "MKL_CBWR=COMPATIBLE", "OMP_NUM_THREADS=1"):
+        assert setting in perturbed[0]
