@@ -55,13 +55,18 @@ def hf_model(kind="llama", *, heads=4, kv_heads=2, head_dim=None, theta=10000.0,
         extra = {} if window == "default" else {"sliding_window": window}
         config, cls = MistralConfig(**kw, **extra), MistralForCausalLM
     torch.manual_seed(seed)
-    model = cls(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(0.5, 1.5)
-            elif p.dim() == 2:
-                p.normal_(0.0, 1.0 if "embed" in name else p.shape[1] ** -0.5)
+    return spread_weights_(cls(config).eval())
+
+
+@torch.no_grad()
+def spread_weights_(model):
+    """``model`` with spread-out weights, in place (see :func:`hf_model`): norms in [0.5, 1.5],
+    embeddings N(0, 1), other matrices N(0, 1 / fan_in)."""
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.uniform_(0.5, 1.5)
+        elif p.dim() == 2:
+            p.normal_(0.0, 1.0 if "embed" in name else p.shape[1] ** -0.5)
     return model
 
 
@@ -392,14 +397,7 @@ def test_exports_with_a_dynamic_sequence_length(window):
 def spread_model(*args, seed, **kwargs):
     """A CausalLM with the spread-out weights of hf_model (see there), eval mode."""
     torch.manual_seed(seed)
-    model = CausalLM(*args, **kwargs).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(0.5, 1.5)
-            else:
-                p.normal_(0.0, 1.0 if "embed" in name else p.shape[1] ** -0.5)
-    return model
+    return spread_weights_(CausalLM(*args, **kwargs).eval())
 
 
 def documented(pattern: str) -> re.Match:
