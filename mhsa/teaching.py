@@ -9,7 +9,6 @@ answers with a hint that ``check`` prints when the reader gives one of them.
 
 import importlib
 import math
-import re
 
 DEFAULT_TOLERANCE = 1e-2  # absolute; an answers module's TOLERANCES may set another per exercise
 
@@ -160,14 +159,7 @@ def rounded_as_shown(value: float, fmt: str) -> float:
     if not fmt or fmt[-1] not in "eEfFgG%":
         raise ValueError(f"`fmt` must be a float format such as '.2f', ',.0f', '.1%' or '.3g', "
                          f"got {fmt!r}")
-    shown = format(value, fmt)
-    number = shown.replace(",", "").replace("_", "").strip()
-    if number.endswith("%"):
-        return _tidy(float(number[:-1]) / 100, fmt)
+    number = format(value, fmt).replace(",", "").replace("_", "").strip()
+    if number.endswith("%"):  # 12.3% is 0.123; 15 digits drop the division's last bit
+        return float(f"{float(number[:-1]) / 100:.15g}")
     return float(number)
-
-
-def _tidy(value: float, fmt: str) -> float:
-    """``value / 100`` of a percentage, cut to the digits the percentage showed."""
-    digits = re.search(r"\.(\d+)", fmt)
-    return round(value, (int(digits[1]) if digits else 6) + 2)

@@ -49,7 +49,6 @@ ALLOWED = [
     ("09_fast_attention.ipynb", "100 KB", "the SRAM budget the cell sets (the paper's typical value)"),
     ("09_fast_attention.ipynb", "312 TFLOP/s", "the A100's float16 matrix rate, quoted from its datasheet"),
     ("10_modern_attention.ipynb", "2 bytes", "the size of one 16-bit number"),
-    ("10_modern_attention.ipynb", "140 GB", "Llama 2 70B's weights: 70 billion numbers of 2 bytes"),
     ("10_modern_attention.ipynb", "5%", "the uptraining compute Ainslie et al. 2023 report"),
     ("11_positions_windows_induction.ipynb", "40%", "Kwon et al. 2023's measurement of other systems"),
 ]
