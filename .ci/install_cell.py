@@ -60,7 +60,7 @@ def requirements(cells) -> tuple[list[str], list[str]]:
         modules += [module] if module not in modules else []
         extras |= {extra} - {None}
     if any("head_view(" in "".join(c["source"]) for c in cells[1:] if c["cell_type"] == "code"):
-        modules.append("plotly")  # mhsa.plotting.head_view imports it when called
+        modules.append("plotly")  # mhsa.course.plotting.head_view imports it when called
         extras.add("viz")
     if "pretrained" in extras:
         modules.append(PRETRAINED_MODEL)

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from mhsa import MultiHeadAttention
-from mhsa.measure import interleaved_times
+from mhsa.course.measure import interleaved_times
 
 SIZES = [(8, 128, 256, 8), (4, 512, 256, 8), (1, 2048, 256, 8)]  # batch, tokens, e, heads
 # call order within a round; each compared pair is adjacent (odd rounds run it backwards)

@@ -12,7 +12,7 @@ Sections (every timing is the minimum over repeats: other processes only add tim
 2. sweep: batch 1, embed_dim 256, 8 heads, explicit (``need_weights=True``), fused
    (``need_weights=False``) and ``torch.nn.MultiheadAttention``: ms per forward, GFLOP/s
    (FLOPs = 8 n e^2 + 4 n^2 e), share of the ceiling, and peak memory, the RSS growth
-   during one forward (Linux; ``mhsa.measure.peak_memory``).
+   during one forward (Linux; ``mhsa.course.measure.peak_memory``).
 3. target: at 2048 tokens the fused path reaches >= 60% of the matmul rate. Rounds
    interleave a 2048 matmul, the fused forward and plain torch SDPA, so all meet the same
    machine; the share is the median over rounds of each round's share.
@@ -48,7 +48,13 @@ import torch
 import torch.nn.functional as F
 
 import mhsa
-from mhsa.measure import attention_flops, interleaved_times, matmul_rate, peak_memory, time_call
+from mhsa.course.measure import (
+    attention_flops,
+    interleaved_times,
+    matmul_rate,
+    peak_memory,
+    time_call,
+)
 
 EMBED_DIM, HEADS = 256, 8
 GIB, MIB = 2**30, 2**20
@@ -144,7 +150,7 @@ def rate_target(rounds, n=2048):
 PEAK_SCRIPT = textwrap.dedent("""
     import torch
     from mhsa import MultiHeadAttention
-    from mhsa.measure import peak_memory
+    from mhsa.course.measure import peak_memory
     torch.manual_seed(0)
     mha = MultiHeadAttention(256, 8).eval()
     x = torch.randn(1, 16_384, 256)

@@ -15,7 +15,7 @@ vocabulary 1000, float32, random weights. Three generators share those weights:
   preallocated cache and ``F.scaled_dot_product_attention(enable_gqa=True)``: the floor
   for Python-driven decoding, to show what is left to gain.
 
-All three must produce the same tokens. They are interleaved (``mhsa.measure.
+All three must produce the same tokens. They are interleaved (``mhsa.course.measure.
 interleaved_times``): each round calls each once, every other round in reverse order.
 Printed: best-of-rounds seconds and tokens/s; the speed-up ``transformers / mhsa`` as the
 ratio of the best times (target >= 2) and the median of per-round ratios; where one decoding
@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 
 import mhsa
-from mhsa.measure import interleaved_times
-from mhsa.multihead import merge_heads, split_heads
+from mhsa.attention.multihead import merge_heads, split_heads
+from mhsa.course.measure import interleaved_times
 
 LAYERS, WIDTH, HEADS, KV_HEADS, FF, VOCAB = 4, 256, 8, 2, 688, 1000
 PROMPT, NEW = 16, 128

@@ -6,13 +6,12 @@ g key/value heads (num_kv_heads) and r = h / g query heads per key/value head.
 One mask convention across the package: boolean, True = may attend.
 """
 
-from . import teaching  # exercise self-checks: mhsa.teaching.check
-from .attention import scaled_dot_product_attention
-from .cache import KVCache
-from .causal_lm import CausalLM
-from .device import default_device
-from .layers import DecoderLayer, EncoderLayer, FeedForward
-from .masks import (
+from mhsa.attention.multihead import MultiHeadAttention
+from mhsa.attention.recording import record_attention
+from mhsa.core.cache import KVCache
+from mhsa.core.device import default_device
+from mhsa.core.functional import scaled_dot_product_attention
+from mhsa.core.masks import (
     causal_mask,
     mask_from_additive,
     mask_from_torch_mha,
@@ -22,19 +21,19 @@ from .masks import (
     padding_mask_from_ids,
     sliding_window_mask,
 )
-from .models import (
+from mhsa.core.patches import patchify, unpatchify
+from mhsa.core.rotary import apply_rotary
+from mhsa.layers.swiglu import SwiGLU
+from mhsa.layers.transformer import DecoderLayer, EncoderLayer, FeedForward
+from mhsa.models.causal_lm import CausalLM
+from mhsa.models.encoder_decoder import (
     Decoder,
     Encoder,
     EncoderDecoder,
     TokenEmbedding,
     sinusoidal_positional_encoding,
 )
-from .multihead import MultiHeadAttention
-from .patches import patchify, unpatchify
-from .recording import record_attention
-from .rotary import apply_rotary
-from .swiglu import SwiGLU
-from .vision import VisionTransformer
+from mhsa.models.vision import VisionTransformer
 
 __all__ = [
     "CausalLM",
@@ -63,7 +62,6 @@ __all__ = [
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",
     "sliding_window_mask",
-    "teaching",
     "unpatchify",
 ]
 __version__ = "0.1.0"

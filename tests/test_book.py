@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mhsa.teaching import rounded_as_shown
+from mhsa.course.teaching import rounded_as_shown
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("install_cell", ROOT / ".ci" / "install_cell.py")
@@ -133,7 +133,7 @@ GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)(?::([^`]*))?`")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_glued_float_is_stored_at_the_precision_the_text_shows(path):
     """Digits the text does not show are not stored: they would change with the CPU, and
-    nbval compares stored outputs strictly (``mhsa.teaching.glue``'s ``fmt``)."""
+    nbval compares stored outputs strictly (``mhsa.course.teaching.glue``'s ``fmt``)."""
     values = glued_values(path)
     text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
                      if c["cell_type"] == "markdown")

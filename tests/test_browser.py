@@ -386,7 +386,7 @@ def test_colab_buttons_open_the_pages_own_notebook(crawl):
     assert not problems, "\n".join(problems)
 
 
-# The interactive head views (mhsa.plotting.head_view): what the heatmap shows, as the page draws it.
+# The interactive head views (mhsa.course.plotting.head_view): what the heatmap shows, as the page draws it.
 DRAWN = """
 (view) => {
   const plot = view.querySelector(".mhsa-head-view-plot");
@@ -420,7 +420,7 @@ def test_head_views_draw_offline_and_follow_their_menus_and_the_pointer():
         skip_or_fail("the browser check needs the `playwright` package (requirements.txt)")
     ensure_built()
     pages = head_view_pages()
-    assert pages, "no page of the book shows a head view (mhsa.plotting.head_view)"
+    assert pages, "no page of the book shows a head view (mhsa.course.plotting.head_view)"
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(HTML)))
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -131,7 +131,7 @@ def test_sliding_window_is_read_for_mistral_only():
     are those of CASES' "llama config with sliding_window 3"), Mistral applies it."""
     llama = hf_model(window=3)
     assert llama.config.sliding_window == 3
-    assert mhsa.hf_llama.config_from_hf_llama(llama)["window"] is None
+    assert mhsa.interop.hf_llama.config_from_hf_llama(llama)["window"] is None
     assert all(layer.attn.window is None for layer in CausalLM.from_hf_llama(llama).layers)
     mistral = CausalLM.from_hf_llama(hf_model("mistral", window=3))
     assert all(layer.attn.window == 3 for layer in mistral.layers)
@@ -460,7 +460,7 @@ def test_generate_allocates_each_cache_once(monkeypatch, window, capacity):
             super().__init__(**kwargs)
             made.append(self)
 
-    monkeypatch.setattr(mhsa.causal_lm, "KVCache", Recorded)
+    monkeypatch.setattr(mhsa.models.causal_lm, "KVCache", Recorded)
     model = small_model(2, window, seed=15)
     ids = torch.randint(VOCAB, (3, 5), generator=torch.Generator().manual_seed(15))
     out = model.generate(ids, 20)

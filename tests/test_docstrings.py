@@ -79,8 +79,8 @@ OBJECTS = public_objects()
 
 def test_the_collection_covers_the_api_page():
     names = {name for name, _, _ in OBJECTS}
-    for expected in ("mhsa.pretrained.BertEncoder", "mhsa.pretrained.PretrainedEncoder",
-                     "mhsa.multihead.MultiHeadAttention.forward", "mhsa.attention.scaled_dot_product_attention"):
+    for expected in ("mhsa.models.pretrained.BertEncoder", "mhsa.models.pretrained.PretrainedEncoder",
+                     "mhsa.attention.multihead.MultiHeadAttention.forward", "mhsa.core.functional.scaled_dot_product_attention"):
         assert expected in names
 
 

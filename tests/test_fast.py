@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import mhsa
 from mhsa import KVCache, MultiHeadAttention
-from mhsa.measure import (
+from mhsa.course.measure import (
     attention_flops,
     interleaved_times,
     matmul_rate,
@@ -41,7 +41,7 @@ def sdpa_calls(monkeypatch):
                       **{name: a for name, a in kwargs.items() if a is not None and a is not False}})
         return sdpa(q, k, v, **kwargs)
 
-    monkeypatch.setattr(mhsa.attention.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(mhsa.core.functional.F, "scaled_dot_product_attention", spy)
     return calls
 
 
@@ -82,7 +82,7 @@ def test_rectangular_causal_is_aligned_bottom_right_with_an_explicit_mask(sdpa_c
 PEAK_SCRIPT = textwrap.dedent("""
     import torch
     from mhsa import MultiHeadAttention
-    from mhsa.measure import peak_memory
+    from mhsa.course.measure import peak_memory
     torch.manual_seed(0)
     mha = MultiHeadAttention(256, 8).eval()  # head_dim 32
     x = torch.randn(1, 16_384, 256)
@@ -158,7 +158,7 @@ class FakeClock:
 
 def test_time_call_returns_the_fastest_of_its_repeats(monkeypatch):
     clock = FakeClock([100.0, 100.0, 5.0, 2.0, 3.0])  # two warmups, then three timed calls
-    monkeypatch.setattr(mhsa.measure, "time", clock)
+    monkeypatch.setattr(mhsa.course.measure, "time", clock)
     # neither the first (5), nor the last (3), nor a warmup (100), nor the mean: the minimum
     assert time_call(clock.advance, repeats=3, warmup=2) == 2.0
     with pytest.raises(StopIteration):  # every duration used: exactly warmup + repeats calls

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import mhsa
-import mhsa.answers
-from mhsa.plotting import head_view, plot_attention, plot_heads
-from mhsa.teaching import check, expected_answer
+import mhsa.course.answers
+from mhsa.course.plotting import head_view, plot_attention, plot_heads
+from mhsa.course.teaching import check, expected_answer
 
 matplotlib.use("Agg")
 
@@ -128,19 +128,19 @@ def test_head_view_refuses_bad_shapes_labels_and_indices():
 
 
 def test_importing_mhsa_does_not_import_plotly():
-    code = "import sys, mhsa, mhsa.plotting; print('plotly' in sys.modules)"
+    code = "import sys, mhsa, mhsa.course.plotting; print('plotly' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             check=True)
     assert result.stdout.strip() == "False"
 
 
 def registered_answers():
-    for info in pkgutil.iter_modules(mhsa.answers.__path__):
-        module = importlib.import_module(f"mhsa.answers.{info.name}")
+    for info in pkgutil.iter_modules(mhsa.course.answers.__path__):
+        module = importlib.import_module(f"mhsa.course.answers.{info.name}")
         yield from module.ANSWERS
 
 
-# Each answer worked out by hand from the exercise's text, independently of mhsa.answers.
+# Each answer worked out by hand from the exercise's text, independently of mhsa.course.answers.
 DERIVED = {
     "01.1": 1.0,  # equal input vectors, one per-token MLP: equal outputs, cosine 1
     "01.2": 1 / 5,  # zero queries: equal scores, softmax spreads 1 evenly over 5 tokens
@@ -229,7 +229,7 @@ def test_check_prints_the_hint_for_a_listed_mistake_and_only_for_it(capsys):
 
 
 def test_every_hint_is_for_a_wrong_answer():
-    from mhsa.teaching import answer_hints, answer_tolerance
+    from mhsa.course.teaching import answer_hints, answer_tolerance
 
     for exercise in registered_answers():
         for wrong, _ in answer_hints(exercise):
@@ -252,7 +252,7 @@ def test_check_accepts_the_page_numbering_and_refuses_non_numbers(capsys):
 
 
 def test_random_layers_look_right_a_little_over_half_the_time_and_rarely_for_every_sentence():
-    from mhsa.answers.ch01 import random_layer_sense_scores
+    from mhsa.course.answers.ch01 import random_layer_sense_scores
 
     scores = random_layer_sense_scores(2000)
     # 2,000 draws: a share's standard error is at most 0.011, so these bands hold for any seed
@@ -266,7 +266,7 @@ def test_random_layers_look_right_a_little_over_half_the_time_and_rarely_for_eve
 def test_check_broadcast_agrees_with_torch_broadcast_shapes():
     from itertools import product
 
-    from mhsa._checks import check_broadcast
+    from mhsa.core._checks import check_broadcast
 
     target = (2, 3, 1, 4)
     for rank in range(6):
@@ -299,7 +299,7 @@ def test_one_exception_type_per_kind_of_mistake(value, error):
 
 
 def test_glue_needs_the_format_the_text_shows_a_float_with():
-    from mhsa.teaching import glue
+    from mhsa.course.teaching import glue
 
     with pytest.raises(TypeError, match=r"needs `fmt`.*'\.2f'"):
         glue("ratio", 0.0969519)

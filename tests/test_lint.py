@@ -27,7 +27,7 @@ def test_ruff_passes_on_the_package_tests_and_notebooks():
 
 
 def public_modules():
-    """Every public module of the package (``mhsa.answers`` holds data, not API)."""
+    """Every public module of the package (``mhsa.course.answers`` holds data, not API)."""
     names = [m.name for m in pkgutil.iter_modules(mhsa.__path__) if not m.name.startswith("_")]
     return [importlib.import_module(f"mhsa.{name}") for name in names if name != "answers"]
 

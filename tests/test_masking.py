@@ -56,19 +56,19 @@ def attend(attention, x, need_weights, **kwargs):
     """Run the module and capture the merged attention output, before ``out_proj``.
 
     The module applies ``out_proj``'s weights with ``F.linear`` (as torch's own
-    MultiheadAttention does), so the merge step ``mhsa.multihead.merge_heads`` is watched.
+    MultiheadAttention does), so the merge step ``mhsa.attention.multihead.merge_heads`` is watched.
     """
-    seen, merge = [], mhsa.multihead.merge_heads
+    seen, merge = [], mhsa.attention.multihead.merge_heads
 
     def watched(heads):
         seen.append(merge(heads))
         return seen[-1]
 
-    mhsa.multihead.merge_heads = watched
+    mhsa.attention.multihead.merge_heads = watched
     try:
         out, weights = attention(x, need_weights=need_weights, **kwargs)
     finally:
-        mhsa.multihead.merge_heads = merge
+        mhsa.attention.multihead.merge_heads = merge
     return out, weights, seen[0]
 
 

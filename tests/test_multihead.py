@@ -248,8 +248,8 @@ def test_fused_equals_explicit_with_masks(seed):
 
 @pytest.mark.parametrize("masking", ["none", "causal", "padding"])
 def test_fused_equals_explicit_on_long_sequences(masking):
-    # from mhsa.attention._CONTIGUOUS_FROM tokens on, the CPU path copies the heads first
-    n = mhsa.attention._CONTIGUOUS_FROM + 3
+    # from mhsa.core.functional._CONTIGUOUS_FROM tokens on, the CPU path copies the heads first
+    n = mhsa.core.functional._CONTIGUOUS_FROM + 3
     torch.manual_seed(0)
     m = MultiHeadAttention(8, 2).eval()
     x = torch.randn(1, n, 8)
@@ -509,10 +509,10 @@ def test_to_torch_refuses_qkv_dim():
 ])
 def test_heads_are_split_and_merged_by_the_einops_functions(monkeypatch, call, splits):
     seen = []
-    split, merge = mhsa.multihead.split_heads, mhsa.multihead.merge_heads
-    monkeypatch.setattr(mhsa.multihead, "split_heads",
+    split, merge = mhsa.attention.multihead.split_heads, mhsa.attention.multihead.merge_heads
+    monkeypatch.setattr(mhsa.attention.multihead, "split_heads",
                         lambda x, h: seen.append(h) or split(x, h))
-    monkeypatch.setattr(mhsa.multihead, "merge_heads",
+    monkeypatch.setattr(mhsa.attention.multihead, "merge_heads",
                         lambda x: seen.append("merge") or merge(x))
     mha = MultiHeadAttention(12, 6, num_kv_heads=3)
     x, memory = torch.randn(2, 4, 12), torch.randn(2, 5, 12)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mhsa import MultiHeadAttention
-from mhsa.multihead import merge_heads, split_heads
+from mhsa.attention.multihead import merge_heads, split_heads
 
 from tolerances import worst_case
 

@@ -1,4 +1,4 @@
-"""mhsa.pretrained: all-MiniLM-L6-v2 in our own modules, checked against two oracles.
+"""mhsa.models.pretrained: all-MiniLM-L6-v2 in our own modules, checked against two oracles.
 
 Oracles: sentence-transformers (sentence embeddings) and transformers' BertModel (every
 layer's hidden states and attention weights), both loaded from the same local folder.
@@ -21,7 +21,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mhsa.pretrained import default_model_path, load_minilm, to_checkpoint_name
+from mhsa.models.pretrained import default_model_path, load_minilm, to_checkpoint_name
 
 from tolerances import random_walk
 
@@ -147,7 +147,7 @@ def test_chapter_8_answers_match_the_oracles(sentence_transformer):
     from safetensors.torch import load_file
     from transformers import BertModel
 
-    from mhsa.teaching import expected_answer
+    from mhsa.course.teaching import expected_answer
 
     # 08.1: largest weight any head of any layer puts on "money" from the query "banks"
     sentence = "She borrowed money from two banks to buy the house."

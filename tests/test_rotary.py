@@ -154,7 +154,7 @@ def test_is_exported_at_the_top_level():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_kept_angles_equal_freshly_computed_ones_exactly(positions, dtype):
     """Short CPU position lists reuse their angles between calls; longer ones do not."""
-    from mhsa.rotary import rotary_angles
+    from mhsa.core.rotary import rotary_angles
 
     torch.manual_seed(3)
     x = torch.randn(2, 3, len(positions), 8).to(dtype)
@@ -230,7 +230,7 @@ def test_every_path_runs_under_autocast_bfloat16(seed):
 def test_rotate_keeps_the_dtype_of_its_input():
     """bfloat16 queries and keys rotated with float32 angles (as under autocast) stay
     bfloat16: the sum is formed in float32 and rounded once."""
-    from mhsa.rotary import rotary_angles, rotate
+    from mhsa.core.rotary import rotary_angles, rotate
 
     x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(5))
     cos, sin = rotary_angles(torch.arange(5), 8)  # float32

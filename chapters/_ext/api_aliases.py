@@ -1,8 +1,8 @@
 """Sphinx extension: a docstring may name an object of ``mhsa`` by any of its paths.
 
 The API page documents each exported name once, as the chapters call it
-(``mhsa.causal_mask``), while a docstring inside ``mhsa.masks`` may write
-``:func:`causal_mask``` or ``:func:`mhsa.masks.causal_mask```. When such a Python
+(``mhsa.causal_mask``), while a docstring inside ``mhsa.core.masks`` may write
+``:func:`causal_mask``` or ``:func:`mhsa.core.masks.causal_mask```. When such a Python
 reference finds no entry, this imports the object it names and, if the same object is
 documented under another name, links to that entry instead of leaving a broken link.
 """

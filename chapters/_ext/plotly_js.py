@@ -1,6 +1,6 @@
 """Sphinx extension: the book serves plotly.js itself, on the pages that show a head view.
 
-``mhsa.plotting.head_view`` writes HTML that draws with the page's global ``Plotly`` and embeds no
+``mhsa.course.plotting.head_view`` writes HTML that draws with the page's global ``Plotly`` and embeds no
 JavaScript library (``include_plotlyjs=False`` in plotly's terms). This extension copies the
 ``plotly.min.js`` that ships inside the installed plotly package into the build's ``_static`` folder
 and adds it, as a plain script in the page head, only to pages whose body holds a head view. No CDN:
@@ -13,7 +13,7 @@ from pathlib import Path
 from sphinx.errors import ExtensionError
 
 FILE = "plotly.min.js"
-MARKER = 'class="mhsa-head-view"'  # what mhsa.plotting.head_view writes around each view
+MARKER = 'class="mhsa-head-view"'  # what mhsa.course.plotting.head_view writes around each view
 
 
 def plotly_js() -> Path:
