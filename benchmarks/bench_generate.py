@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 import mhsa
-from mhsa.attention.multihead import merge_heads, split_heads
+from mhsa.core.heads import merge_heads, split_heads
 from mhsa.course.measure import interleaved_times
 
 LAYERS, WIDTH, HEADS, KV_HEADS, FF, VOCAB = 4, 256, 8, 2, 688, 1000

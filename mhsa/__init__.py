@@ -4,10 +4,21 @@ Legend for every einops pattern and docstring: b batch, n tokens, h heads, d hea
 e embed_dim, i query positions, j key positions; h * d is qkv_dim (embed_dim by default);
 g key/value heads (num_kv_heads) and r = h / g query heads per key/value head.
 One mask convention across the package: boolean, True = may attend.
+
+The package in layers, each importing only the ones below it (import-linter checks it):
+
+- ``mhsa.course``: the chapters' helpers (figures, measurements, self-checks, answers);
+- ``mhsa.models``: encoder-decoder, causal LM, vision transformer, BERT-style encoder,
+  and decoding (``mhsa.models.generation``);
+- ``mhsa.layers``: attention inside residual sublayers with norms and feed-forward nets;
+- ``mhsa.attention``: the attention modules, one file per variant, behind one contract;
+- ``mhsa.interop``: weights to and from torch and transformers (name mappings);
+- ``mhsa.core``: the attention function, masks, rotary positions, the KV cache, checks.
+
+This page's names are the ones the chapters teach.
 """
 
-from mhsa.attention.multihead import MultiHeadAttention
-from mhsa.attention.recording import record_attention
+from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
 from mhsa.core.functional import scaled_dot_product_attention
@@ -23,8 +34,7 @@ from mhsa.core.masks import (
 )
 from mhsa.core.patches import patchify, unpatchify
 from mhsa.core.rotary import apply_rotary
-from mhsa.layers.swiglu import SwiGLU
-from mhsa.layers.transformer import DecoderLayer, EncoderLayer, FeedForward
+from mhsa.layers import DecoderLayer, EncoderLayer, FeedForward, SwiGLU
 from mhsa.models.causal_lm import CausalLM
 from mhsa.models.encoder_decoder import (
     Decoder,
@@ -36,6 +46,7 @@ from mhsa.models.encoder_decoder import (
 from mhsa.models.vision import VisionTransformer
 
 __all__ = [
+    "Attention",
     "CausalLM",
     "Decoder",
     "DecoderLayer",
@@ -43,6 +54,7 @@ __all__ = [
     "EncoderDecoder",
     "EncoderLayer",
     "FeedForward",
+    "GroupedQueryAttention",
     "KVCache",
     "MultiHeadAttention",
     "SwiGLU",

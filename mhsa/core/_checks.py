@@ -140,3 +140,40 @@ def check_divisible(name: str, n: int, divisor_name: str, divisor: int) -> None:
     """``ValueError`` unless ``divisor`` divides ``n`` (e.g. a width into heads)."""
     if n % divisor:
         raise ValueError(f"`{name}` ({n}) must be divisible by `{divisor_name}` ({divisor})")
+
+
+def check_attention_inputs(query, key, value, attn_mask, *, widths: tuple, num_heads: int,
+                           dtype: torch.dtype, n_cached: int = 0) -> None:
+    """The checks of an attention module's ``forward``, with messages naming the argument.
+
+    ``key is query`` (and ``value is key``) means self-attention: checked once. ``widths``
+    are the expected last dimensions ``(embed_dim, kdim, vdim)``; ``n_cached`` positions
+    held by a cache come before the new keys in ``attn_mask``'s last dimension.
+    """
+    inputs = [("query", query, "n_q", "embed_dim", widths[0])]
+    if key is query and value is query and not widths[0] == widths[1] == widths[2]:
+        raise ValueError(f"self-attention (key=None) reads `query` as key and value: it needs "
+                         f"kdim == vdim == embed_dim, got {widths[1]}, {widths[2]} and "
+                         f"{widths[0]}; pass `key` and `value`")
+    if key is not query:
+        inputs.append(("key", key, "n_k", "kdim", widths[1]))
+    if value is not query:
+        inputs.append(("value", value, "n_k", "vdim", widths[2]))
+    for name, x, n, width, size in inputs:
+        check_shape(name, x, ("batch", n, width), size)
+        if x.dtype != dtype:
+            raise TypeError(f"`{name}` must have the module's dtype {dtype}, got {x.dtype}")
+    if not query.shape[0] == key.shape[0] == value.shape[0]:
+        raise ValueError(
+            "`query`, `key` and `value` must have the same batch size, got shapes "
+            f"{tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}")
+    if key.shape[1] != value.shape[1]:
+        raise ValueError(
+            f"`key` and `value` must have the same length n_k, got {key.shape[1]} "
+            f"(key {tuple(key.shape)}) and {value.shape[1]} (value {tuple(value.shape)})")
+    if attn_mask is not None:
+        scores = (query.shape[0], num_heads, query.shape[1], n_cached + key.shape[1])
+        check_bool_mask("attn_mask", attn_mask, scores)
+        if attn_mask.device != query.device:
+            raise ValueError(f"`attn_mask` is on {attn_mask.device} but `query` is on "
+                             f"{query.device}; build the mask on the same device")

@@ -1,8 +1,14 @@
-"""Weights laid out for decoding: stacked projections, read faster by a matrix-vector product."""
+"""Weights laid out for decoding: stacked projections, read faster by a matrix-vector product.
+
+The one home of packing: :func:`stacked` and :func:`matvec_layout` build the layouts, and the
+context manager :func:`packed_projections` asks modules to keep them for the length of a
+decoding call (each module's ``pack_projections`` says what it keeps).
+"""
 
 import contextlib
 
 import torch
+from torch import nn
 
 
 def matvec_layout(weight: torch.Tensor) -> torch.Tensor:
@@ -16,12 +22,23 @@ def matvec_layout(weight: torch.Tensor) -> torch.Tensor:
     return weight.t().contiguous().t()
 
 
+def stacked(*projections: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights and biases of ``projections`` stacked by rows: one ``F.linear`` for all.
+
+    As ``torch.nn.MultiheadAttention``'s ``in_proj_weight``: gradients reach each layer
+    through the stack (``torch.cat`` is differentiable).
+    """
+    weight = torch.cat([p.weight for p in projections])
+    bias = None if projections[0].bias is None else torch.cat([p.bias for p in projections])
+    return weight, bias
+
+
 @contextlib.contextmanager
 def packed_projections(modules):
     """Within: ``module.pack_projections()`` for each of ``modules``; dropped after, errors too.
 
-    The decoding loops (:meth:`mhsa.EncoderDecoder.greedy_decode`,
-    :meth:`mhsa.CausalLM.generate`) build the stacks once per call, not once per step.
+    The decoding loops (:mod:`mhsa.models.generation`) build the stacks once per call, not
+    once per step.
     """
     modules = list(modules)
     try:

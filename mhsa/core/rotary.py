@@ -5,6 +5,7 @@ positions. Masks are boolean, True = may attend.
 """
 
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -74,14 +75,30 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return (x * cos + rotated * sin).to(x.dtype)  # a no-op when the dtypes agree
 
 
-def check_positions(positions, n: int, device) -> None:
-    """``TypeError``/``ValueError`` unless ``positions`` is an integer tensor ``[n]`` on ``device``."""
+class RotaryAngles(NamedTuple):
+    """The ``cos`` and ``sin`` of some positions' rotary angles, computed once and shared.
+
+    ``[n, d]`` each for positions ``[n]``; ``[b, 1, n, d]`` for positions ``[b, n]`` (one row
+    of positions per sequence, broadcast over the heads). A model computes them once per
+    call with :meth:`mhsa.GroupedQueryAttention.rotary_angles` and hands them to every
+    layer as ``positions``.
+    """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def check_positions(positions, n: int, device, *, batch: int | None = None) -> None:
+    """``TypeError``/``ValueError`` unless ``positions`` is an integer tensor ``[n]`` on
+    ``device`` (or ``[batch, n]`` when ``batch`` is given)."""
+    layout = "[n]" if batch is None else "[n] or [batch, n]"
     if not isinstance(positions, torch.Tensor) or positions.is_floating_point() \
             or positions.is_complex() or positions.dtype == torch.bool:
         got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
-        raise TypeError(f"`positions` must be an integer tensor [n], got {got}")
-    if positions.shape != (n,):
-        raise ValueError(f"`positions` must be [n] with n = x.shape[-2] = {n}, got shape "
+        raise TypeError(f"`positions` must be an integer tensor {layout}, got {got}")
+    if positions.shape != (n,) and (batch is None or positions.shape != (batch, n)):
+        expected = f"n = x.shape[-2] = {n}" if batch is None else f"batch = {batch}, n = {n}"
+        raise ValueError(f"`positions` must be {layout} with {expected}, got shape "
                          f"{tuple(positions.shape)}")
     if positions.device != device:
         raise ValueError(f"`positions` is on {positions.device} but `x` is on {device}")
@@ -89,7 +106,7 @@ def check_positions(positions, n: int, device) -> None:
 
 def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos`` and ``sin`` of the rotary angles, ``[n, d]`` each, half-split layout.
+    """``cos`` and ``sin`` of the rotary angles, ``[..., n, d]`` each, half-split layout.
 
     Column ``k`` and column ``k + d/2`` hold the angle ``position * base ** (-2k / d)``.
     Computed in float32 (float64 when ``dtype`` is float64), returned in ``dtype``. No
@@ -98,8 +115,8 @@ def rotary_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0,
     work = torch.float64 if dtype == torch.float64 else torch.float32
     frequencies = _inverse_frequencies if torch.compiler.is_compiling() else _kept_frequencies
     inv_freq = frequencies(d, float(base), work, positions.device)  # [d/2]
-    angles = positions.to(work)[:, None] * inv_freq  # [n, d/2]
-    angles = torch.cat([angles, angles], dim=-1)  # [n, d]: the halves repeat
+    angles = positions.to(work)[..., None] * inv_freq  # [..., n, d/2]
+    angles = torch.cat([angles, angles], dim=-1)  # [..., n, d]: the halves repeat
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -114,7 +131,7 @@ def kept_angles(positions: torch.Tensor, d: int, base: float, dtype: torch.dtype
     # first: traced (torch.compile; torch.export, strict or not, sets is_compiling too), there
     # are no values to read, and a Python test of the length would pin a symbolic length
     if torch.compiler.is_compiling() or positions.device.type != "cpu" \
-            or positions.shape[0] > _KEEP_UP_TO:
+            or positions.dim() != 1 or positions.shape[0] > _KEEP_UP_TO:
         return rotary_angles(positions, d, base=base, dtype=dtype)
     return _kept_angles(tuple(positions.tolist()), d, base, dtype)
 

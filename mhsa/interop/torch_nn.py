@@ -13,21 +13,20 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def mha_from_torch(module: nn.MultiheadAttention, cls=None):
+def mha_from_torch(module: nn.MultiheadAttention, cls):
     """A :class:`mhsa.MultiHeadAttention` copy of ``torch.nn.MultiheadAttention(batch_first=True)``.
 
     Weights, biases, dropout, train/eval mode, device and dtype are copied.
 
     Args:
         module: the torch module.
-        cls: the class to build (default :class:`mhsa.MultiHeadAttention`).
+        cls: the class to build, :class:`mhsa.MultiHeadAttention` (its ``from_torch``
+            passes itself: this module does not import the attention package).
 
     Raises:
         TypeError: ``module`` is not a ``torch.nn.MultiheadAttention``.
         ValueError: it has ``batch_first=False``, ``add_bias_kv`` or ``add_zero_attn``.
     """
-    if cls is None:
-        from mhsa.attention.multihead import MultiHeadAttention as cls
     _check_torch_mha(module)
     weight = module.out_proj.weight
     ours = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
@@ -44,21 +43,12 @@ def mha_to_torch(mha) -> nn.MultiheadAttention:
 
     Raises:
         ValueError: what torch's module cannot represent: ``qkv_dim != embed_dim`` (it
-            projects to ``embed_dim``), ``num_kv_heads != num_heads`` (it has one key/value
-            head per query head), ``rope_base`` or ``window``.
+            projects to ``embed_dim``).
     """
     if mha.qkv_dim != mha.embed_dim:
         raise ValueError(
             f"torch.nn.MultiheadAttention needs `qkv_dim` ({mha.qkv_dim}) equal to "
             f"`embed_dim` ({mha.embed_dim})")
-    if mha.num_kv_heads != mha.num_heads:
-        raise ValueError(
-            f"torch.nn.MultiheadAttention has one key/value head per query head: it cannot "
-            f"hold `num_kv_heads` ({mha.num_kv_heads}) != `num_heads` ({mha.num_heads})")
-    for name in ("rope_base", "window"):
-        if getattr(mha, name) is not None:
-            raise ValueError(f"torch.nn.MultiheadAttention has no `{name}` "
-                             f"(this module has {name}={getattr(mha, name)})")
     weight = mha.out_proj.weight
     theirs = nn.MultiheadAttention(
         mha.embed_dim, mha.num_heads, dropout=mha.dropout,
@@ -123,9 +113,9 @@ def layer_from_torch(cls, layer, torch_cls):
                dropout=layer.dropout.p, activation=_torch_activation_name(layer),
                norm_first=layer.norm_first, layer_norm_eps=norms[0].eps,
                device=weight.device, dtype=weight.dtype)
-    ours.self_attn = mha_from_torch(layer.self_attn)
+    ours.self_attn = mha_from_torch(layer.self_attn, type(ours.self_attn))
     if decoder:
-        ours.cross_attn = mha_from_torch(layer.multihead_attn)
+        ours.cross_attn = mha_from_torch(layer.multihead_attn, type(ours.cross_attn))
     our_norms = [ours.norm1, ours.norm2] + ([ours.norm3] if decoder else [])
     with torch.no_grad():
         ours.feed_forward.linear1.load_state_dict(layer.linear1.state_dict())

@@ -12,8 +12,7 @@ Each sublayer ``f`` (self-attention, cross-attention, feed-forward) is wrapped t
 The residual add is outside the heads: the heads' merged, projected output is added to ``x``.
 
 To read every layer's attention weights without changing what ``forward`` returns, wrap the
-calls in :func:`mhsa.record_attention` (it works on any module holding a
-:class:`mhsa.MultiHeadAttention`).
+calls in :func:`mhsa.record_attention` (it works on any module holding an attention module).
 """
 
 import torch
@@ -21,7 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from mhsa.attention.multihead import MultiHeadAttention
-from mhsa.attention.recording import record_attention  # noqa: F401  (mhsa.layers.transformer.record_attention)
 from mhsa.core._checks import check_bool_mask, check_positive_int, check_probability, check_shape
 from mhsa.interop.torch_nn import layer_from_torch
 

@@ -12,75 +12,16 @@ Each layer is two pre-norm residual sublayers, and the whole model is a straight
     logits = lm_head(norm(x))                             # [b, n, vocab_size]
 """
 
-import contextlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mhsa.attention.multihead import MultiHeadAttention
 from mhsa.core._checks import check_bool_mask, check_int, check_int_tensor, check_rank
-from mhsa.core._packing import matvec_layout, packed_projections
-from mhsa.core.cache import KVCache
-from mhsa.core.functional import check_same_device
-from mhsa.core.rotary import kept_angles
+from mhsa.core._packing import matvec_layout
+from mhsa.core.rotary import check_positions
 from mhsa.interop.hf_llama import config_from_hf_llama, copy_hf_llama_weights
-from mhsa.layers.swiglu import SwiGLU
-
-
-class CausalLMLayer(nn.Module):
-    """One pre-norm decoder layer of Llama/Mistral: causal self-attention, then SwiGLU::
-
-        x = x + attn(norm1(x))           # causal, rotary positions, optional sliding window
-        x = x + feed_forward(norm2(x))
-
-    Args:
-        embed_dim: width ``e``.
-        num_heads: query heads ``h``.
-        ff_dim: SwiGLU hidden width.
-        num_kv_heads: key/value heads, dividing ``num_heads`` (default ``num_heads``).
-        qkv_dim: ``num_heads * head_dim`` (default ``embed_dim``).
-        rope_base: rotary base ``theta``.
-        window: sliding window (``None``: full causal).
-        norm_eps: epsilon of both RMSNorms.
-        device, dtype: where and in which floating dtype to create the parameters.
-
-    Shape:
-        ``x`` ``[batch, n, embed_dim]`` -> ``[batch, n, embed_dim]``.
-
-    Raises:
-        TypeError: as :class:`mhsa.MultiHeadAttention` and :class:`mhsa.SwiGLU`.
-        ValueError: as :class:`mhsa.MultiHeadAttention` and :class:`mhsa.SwiGLU`.
-
-    Source: Touvron et al. 2023, "LLaMA", section 2.2 (pre-normalization with RMSNorm,
-    SwiGLU, rotary embeddings); Zhang & Sennrich 2019, "Root Mean Square Layer
-    Normalization"; Jiang et al. 2023, "Mistral 7B", section 2 (sliding window).
-    """
-
-    def __init__(self, embed_dim, num_heads, ff_dim, *, num_kv_heads=None, qkv_dim=None,
-                 rope_base=10000.0, window=None, norm_eps=1e-6, device=None, dtype=None):
-        super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        self.norm1 = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
-        self.attn = MultiHeadAttention(embed_dim, num_heads, num_kv_heads=num_kv_heads,
-                                       qkv_dim=qkv_dim, bias=False, rope_base=rope_base,
-                                       window=window, **kw)
-        self.norm2 = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
-        self.feed_forward = SwiGLU(embed_dim, ff_dim, **kw)
-
-    def forward(self, x, *, attn_mask=None, cache=None, positions=None):
-        """``[batch, n, embed_dim] -> [batch, n, embed_dim]``; arguments as in
-        :meth:`mhsa.MultiHeadAttention.forward` (always causal)."""
-        x = x + self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=True, cache=cache,
-                          positions=positions)[0]
-        return x + self.feed_forward(self.norm2(x))
-
-    def _forward(self, x, *, attn_mask, cache, angles):
-        """:meth:`forward` without checks, rotary angles ``(cos, sin)`` given (from CausalLM)."""
-        h = self.norm1(x)
-        x = x + self.attn._attend(h, h, h, attn_mask=attn_mask, is_causal=True,
-                                  need_weights=False, cache=cache, angles=angles)[0]
-        return x + self.feed_forward(self.norm2(x))
+from mhsa.layers.decoder_only import CausalLMLayer
+from mhsa.models import generation
 
 
 class CausalLM(nn.Module):
@@ -96,7 +37,7 @@ class CausalLM(nn.Module):
         embed_dim: width ``e`` of the residual stream.
         num_heads: query heads ``h``.
         ff_dim: hidden width of the SwiGLU network.
-        num_layers: number of :class:`mhsa.models.causal_lm.CausalLMLayer`, ``int >= 1``.
+        num_layers: number of :class:`mhsa.layers.CausalLMLayer`, ``int >= 1``.
         num_kv_heads: key/value heads; must divide ``num_heads`` (default ``num_heads``).
         qkv_dim: ``num_heads * head_dim`` (default ``embed_dim``).
         rope_base: rotary base ``theta`` (``rope_theta``), ``> 0``.
@@ -108,7 +49,7 @@ class CausalLM(nn.Module):
 
     Attributes:
         embed: ``nn.Embedding(vocab_size, embed_dim)``.
-        layers: ``nn.ModuleList`` of :class:`mhsa.models.causal_lm.CausalLMLayer`.
+        layers: ``nn.ModuleList`` of :class:`mhsa.layers.CausalLMLayer`.
         norm: ``nn.RMSNorm``.
         lm_head: ``nn.Linear(embed_dim, vocab_size, bias=False)``.
 
@@ -133,10 +74,11 @@ class CausalLM(nn.Module):
 
     def __init__(self, vocab_size, embed_dim, num_heads, ff_dim, num_layers, *,
                  num_kv_heads=None, qkv_dim=None, rope_base=10000.0, window=None,
-                 norm_eps=1e-6, tie_embeddings=False, device=None, dtype=None):
+                 norm_eps=1e-6, tie_embeddings=False, attention="grouped_query", device=None,
+                 dtype=None):
         super().__init__()
         for name, n in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
-                        ("num_layers", num_layers)):
+                        ("num_heads", num_heads), ("num_layers", num_layers)):
             check_int(name, n)
         if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)):
             raise TypeError(f"`norm_eps` must be a number, got {type(norm_eps).__name__}")
@@ -145,132 +87,129 @@ class CausalLM(nn.Module):
         if not isinstance(tie_embeddings, bool):
             raise TypeError(f"`tie_embeddings` must be a bool, got "
                             f"{type(tie_embeddings).__name__}")
+        head_dim = None
+        if qkv_dim is not None:
+            check_int("qkv_dim", qkv_dim)
+            if qkv_dim % num_heads:
+                raise ValueError(f"`qkv_dim` ({qkv_dim}) must be divisible by `num_heads` "
+                                 f"({num_heads})")
+            head_dim = qkv_dim // num_heads
         kw = {"device": device, "dtype": dtype}
         self.vocab_size, self.tie_embeddings = vocab_size, tie_embeddings
         self.embed = nn.Embedding(vocab_size, embed_dim, **kw)
         self.layers = nn.ModuleList(
             CausalLMLayer(embed_dim, num_heads, ff_dim, num_kv_heads=num_kv_heads,
-                          qkv_dim=qkv_dim, rope_base=rope_base, window=window,
-                          norm_eps=norm_eps, **kw)
+                          head_dim=head_dim, rope_base=rope_base, window=window,
+                          norm_eps=norm_eps, attention=attention, **kw)
             for _ in range(num_layers))
         self.norm = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
         self.lm_head = nn.Linear(embed_dim, vocab_size, bias=False, **kw)
         if tie_embeddings:
             self.lm_head.weight = self.embed.weight
-        self._packed_lm_head = None  # lm_head's weight in matvec layout, inside generate
+        self._packed_lm_head = None  # lm_head's weight in matvec layout, see pack_projections
 
-    def forward(self, ids: torch.Tensor, *, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, *, attn_mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None, cache: list | None = None,
+                last_only: bool = False) -> torch.Tensor:
         """Next-token logits at every position: position ``t`` reads tokens ``0..t``.
+
+        The model's one checked edge: it checks its inputs here, computes the rotary angles
+        once, and hands them to every layer through public arguments.
 
         Args:
             ids: token ids ``[batch, n]``, an integer tensor (int64 as from a tokenizer),
-                each in ``[0, vocab_size)``. Positions are ``0 .. n-1``: pad on the right.
+                each in ``[0, vocab_size)``.
             attn_mask: optional torch.bool mask broadcastable to
-                ``[batch, num_heads, n, n]``, **True = may attend**, combined with the causal
-                (or sliding-window) mask by logical AND; e.g. ``mhsa.padding_mask(lengths, n)``
+                ``[batch, num_heads, n, n_k]`` (``n_k = n`` plus the positions the
+                ``cache`` holds), **True = may attend**, combined with the causal (or
+                sliding-window) mask by logical AND; e.g. ``mhsa.padding_mask(lengths, n)``
                 ``[batch, 1, 1, n]``.
+            positions: the positions of the ``n`` tokens, integer ``[n]`` or
+                ``[batch, n]`` (left-padded rows start later); default
+                ``len(cache[0]) + arange(n)``, or ``arange(n)`` without a cache.
+            cache: optional list from :meth:`new_cache`, one cache per layer, holding the
+                positions before ``ids``; the new keys and values are appended.
+            last_only: compute the logits of the last position only (decoding).
 
         Returns:
-            logits ``[batch, n, vocab_size]`` in the model's dtype.
+            logits ``[batch, n, vocab_size]`` (``[batch, 1, vocab_size]`` with
+            ``last_only``) in the model's dtype.
 
         Raises:
-            TypeError: ``ids`` is not an integer tensor; ``attn_mask`` is not torch.bool.
+            TypeError: ``ids`` or ``positions`` is not an integer tensor; ``attn_mask`` is
+                not torch.bool.
             ValueError: ``ids`` is not 2-D or has no token; ``attn_mask`` does not
-                broadcast to ``[batch, num_heads, n, n]``. (An id outside the vocabulary
-                raises ``IndexError`` in ``nn.Embedding``; no check reads tensor values.)
+                broadcast; ``positions`` is not ``[n]`` or ``[batch, n]``; ``cache`` is not
+                a list of one cache per layer. (An id outside the vocabulary raises
+                ``IndexError`` in ``nn.Embedding``; no check reads tensor values.)
         """
         _check_ids(ids)
-        if attn_mask is not None:  # checked here once; the layers do not check again
-            n = ids.shape[1]
+        b, n = ids.shape
+        if cache is not None and (not isinstance(cache, list) or len(cache) != len(self.layers)):
+            raise ValueError(f"`cache` must be a list of {len(self.layers)} caches (one per "
+                             f"layer, from new_cache()), got {type(cache).__name__}"
+                             + (f" of {len(cache)}" if isinstance(cache, list) else ""))
+        n_cached = 0 if cache is None else len(cache[0])
+        if attn_mask is not None:
             heads = self.layers[0].attn.num_heads
-            check_bool_mask("attn_mask", attn_mask, (ids.shape[0], heads, n, n))
-            check_same_device("attn_mask", attn_mask, ids)
-        return self._logits(ids, attn_mask=attn_mask)
-
-    def _logits(self, ids, *, attn_mask=None, caches=None, last_only=False, angles=None):
-        """Logits of ``ids`` [b, n]; with ``caches`` (one per layer), ``ids`` continue them.
-
-        ``angles``: the rotary ``(cos, sin)`` ``[n, head_dim]`` of the positions of ``ids``,
-        shared by every layer; computed here when not given.
-        """
-        if angles is None:
-            start = 0 if caches is None else len(caches[0])
-            angles = self._rotary_angles(start, start + ids.shape[1], ids.device)
+            check_bool_mask("attn_mask", attn_mask, (b, heads, n, n_cached + n))
+            if attn_mask.device != ids.device:
+                raise ValueError(f"`attn_mask` is on {attn_mask.device} but `ids` is on "
+                                 f"{ids.device}; build the mask on the same device")
+        if positions is not None:
+            check_positions(positions, n, ids.device, batch=b)
+        angles = self.layers[0].attn.rotary_angles(positions, start=n_cached, n=n)
         x = self.embed(ids)  # [b, n, e]
         for k, layer in enumerate(self.layers):
-            x = layer._forward(x, attn_mask=attn_mask, angles=angles,
-                               cache=None if caches is None else caches[k])
+            x = layer(x, attn_mask=attn_mask, positions=angles,
+                      cache=None if cache is None else cache[k])
         if last_only:
-            x = x[:, -1:]  # generation reads only the last position's logits
+            x = x[:, -1:]  # decoding reads only the last position's logits
         if self._packed_lm_head is not None:
             return F.linear(self.norm(x), self._packed_lm_head)  # [b, n, vocab_size]
         return self.lm_head(self.norm(x))  # [b, n, vocab_size]
 
-    def _rotary_angles(self, start, stop, device):
-        """The rotary ``(cos, sin)`` ``[stop - start, head_dim]`` of positions ``start..stop-1``
-        (every layer rotates the same way), or None without rotary positions."""
-        attn = self.layers[0].attn
-        if attn.rope_base is None:
-            return None
-        positions = torch.arange(start, stop, device=device)
-        return kept_angles(positions, attn.head_dim, attn.rope_base, self.embed.weight.dtype)
-
-    @torch.inference_mode()
-    def generate(self, ids: torch.Tensor, max_new_tokens: int, *,
-                 use_cache: bool = True) -> torch.Tensor:
-        """Greedy decoding: append the most likely next token ``max_new_tokens`` times.
-
-        With the cache (one :class:`mhsa.KVCache` per layer), the prompt is read once and
-        each step reads only the newest token; without it, each step reads the whole
-        sequence again. The caches are allocated once, for the ``n + max_new_tokens - 1``
-        positions read (the last new token is never read); with a ``window``, for at most
-        ``max(n, 2 * window)`` positions, which the window's cache reuses. No
-        end-of-sequence handling: exactly ``max_new_tokens`` are produced. For the length
-        of the call, the rotary angles of every position are computed once and the
-        projections are packed (:meth:`mhsa.MultiHeadAttention.pack_projections`,
-        :meth:`mhsa.SwiGLU.pack_projections`): faster, equal up to float rounding.
-
-        Cached and uncached decoding compute the same logits with matrices of other
-        shapes, so they are equal up to float rounding: in float32 within 1e-5 (measured:
-        at most 5e-6, for logits up to 5 in size, on the 4-layer, 256-wide model of
-        ``benchmarks/bench_generate.py``). The tokens are then the same unless the two
-        largest logits of a step are closer than that. In bfloat16 or float16 the
-        rounding is about 1e-2 (bfloat16) or 1e-3 (float16), and the tokens can and do
-        diverge (those of transformers' cached and uncached generation too).
+    def new_cache(self, *, capacity: int | None = None) -> list:
+        """One empty cache per layer, from each attention module's ``new_cache``.
 
         Args:
-            ids: prompt ``[batch, n]``, integer tensor, ``n >= 1``.
-            max_new_tokens: how many tokens to append, ``int >= 0``.
-            use_cache: decode with key-value caches (fast) or recompute (slow).
+            capacity: positions to allocate at the first write (see :class:`mhsa.KVCache`).
 
         Returns:
-            ``[batch, n + max_new_tokens]``, ``ids``'s dtype: the prompt, then the new tokens.
-
-        Raises:
-            TypeError: ``ids`` is not an integer tensor, ``max_new_tokens`` not an int, or
-                ``use_cache`` not a bool.
-            ValueError: ``ids`` is not 2-D or has no token; ``max_new_tokens < 0``.
+            a list of ``num_layers`` caches, for :meth:`forward`'s ``cache``.
         """
-        _check_ids(ids)
-        max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
-        if not isinstance(use_cache, bool):
-            raise TypeError(f"`use_cache` must be a bool, got {type(use_cache).__name__}")
-        n = ids.shape[1]
-        out = ids.new_empty(ids.shape[0], n + max_new_tokens)  # written in place
-        out[:, :n] = ids
-        read, window = n + max_new_tokens - 1, self.layers[0].attn.window  # the last is not read
-        if window is not None:  # its kept part moves to the buffers' front: bounded, allocated once
-            read = min(read, max(n, 2 * window))
-        caches = [KVCache(capacity=max(read, 1)) for _ in self.layers] if use_cache else None
-        table = self._rotary_angles(0, n + max_new_tokens, ids.device)  # built once per call
-        with _packed_projections(self):  # q/k/v and gate/up: one matrix product each
-            for t in range(n, n + max_new_tokens):
-                start = len(caches[0]) if use_cache else 0  # cached: only the tokens not yet read
-                angles = None if table is None else (table[0][start:t], table[1][start:t])
-                logits = self._logits(out[:, start:t], caches=caches, last_only=True,
-                                      angles=angles)
-                out[:, t] = logits[:, -1].argmax(dim=-1)
-        return out
+        return [layer.attn.new_cache(capacity=capacity) for layer in self.layers]
+
+    def pack_projections(self, packed: bool = True) -> None:
+        """Stack every layer's projections and lay ``lm_head`` out for decoding, or undo it.
+
+        Calls ``pack_projections`` of every attention and feed-forward module (see
+        :meth:`mhsa.GroupedQueryAttention.pack_projections`). Inference only; the decoding
+        loop of :func:`mhsa.models.generation.generate` packs for the length of a call.
+        """
+        for layer in self.layers:
+            layer.attn.pack_projections(packed)
+            layer.feed_forward.pack_projections(packed)
+        with torch.no_grad():
+            self._packed_lm_head = matvec_layout(self.lm_head.weight) if packed else None
+
+    def __getstate__(self):
+        """Copies and pickles never inherit a packed ``lm_head``."""
+        return {**self.__dict__, "_packed_lm_head": None}
+
+    def generate(self, ids: torch.Tensor, max_new_tokens: int, *, attention_mask=None,
+                 eos_token_id: int | None = None, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None,
+                 generator: torch.Generator | None = None,
+                 use_cache: bool = True) -> torch.Tensor:
+        """Append up to ``max_new_tokens`` tokens to each row of ``ids``.
+
+        See :func:`mhsa.models.generation.generate`, which this calls with ``self``.
+        """
+        return generation.generate(
+            self, ids, max_new_tokens, attention_mask=attention_mask,
+            eos_token_id=eos_token_id, temperature=temperature, top_k=top_k, top_p=top_p,
+            generator=generator, use_cache=use_cache)
 
     @classmethod
     def from_hf_llama(cls, model) -> "CausalLM":
@@ -301,19 +240,6 @@ class CausalLM(nn.Module):
         ours = cls(**config, device=weight.device, dtype=weight.dtype)
         copy_hf_llama_weights(ours, model)
         return ours.eval()
-
-
-@contextlib.contextmanager
-def _packed_projections(model):
-    """Within: every layer's q/k/v and gate/up weights stacked, and the weights in
-    ``mhsa.core._packing.matvec_layout``; built once, dropped after."""
-    modules = [m for layer in model.layers for m in (layer.attn, layer.feed_forward)]
-    try:
-        with packed_projections(modules):
-            model._packed_lm_head = matvec_layout(model.lm_head.weight)
-            yield
-    finally:
-        model._packed_lm_head = None
 
 
 def _check_ids(ids) -> None:

@@ -10,12 +10,10 @@ import math
 import torch
 from torch import nn
 
-from mhsa.attention.multihead import MultiHeadAttention
 from mhsa.core._checks import check_int, check_int_tensor, check_positive_int, check_rank
-from mhsa.core._packing import packed_projections
-from mhsa.core.cache import KVCache
 from mhsa.core.masks import padding_mask_from_ids
 from mhsa.layers.transformer import DecoderLayer, EncoderLayer, dropout_module
+from mhsa.models import generation
 
 
 def sinusoidal_positional_encoding(n_tokens: int, embed_dim: int, *, base: float = 10000.0,
@@ -179,6 +177,19 @@ class Decoder(_Stack):
                       cache=cache)
         return x if self.norm is None else self.norm(x)
 
+    def new_cache(self, *, capacity: int | None = None) -> list:
+        """One empty cache per layer, from each self-attention's ``new_cache``, for ``caches``."""
+        return [layer.self_attn.new_cache(capacity=capacity) for layer in self.layers]
+
+    def pack_projections(self, packed: bool = True) -> None:
+        """Stack the projections of every self- and cross-attention, or drop the stacks.
+
+        See :meth:`mhsa.MultiHeadAttention.pack_projections`; inference only.
+        """
+        for layer in self.layers:
+            layer.self_attn.pack_projections(packed)
+            layer.cross_attn.pack_projections(packed)
+
 
 class EncoderDecoder(nn.Module):
     """The encoder-decoder transformer: source ids in, next-token logits for the target out.
@@ -274,7 +285,8 @@ class EncoderDecoder(nn.Module):
         return self.encoder(self._embed(self.src_embed, src), attn_mask=src_mask), src_mask
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor,
-               src_mask: torch.Tensor | None = None, *, caches=None) -> torch.Tensor:
+               src_mask: torch.Tensor | None = None, *, caches=None,
+               tgt_mask: torch.Tensor | None | str = "from_ids") -> torch.Tensor:
         """Run the decoder and the ``lm_head``: logits ``[batch, n_tgt, tgt_vocab]``.
 
         Args:
@@ -286,6 +298,10 @@ class EncoderDecoder(nn.Module):
                 only the new positions ``n_cached`` to ``n_tgt - 1`` are run, and the logits
                 are ``[batch, n_tgt - n_cached, tgt_vocab]``, equal to the last rows without
                 a cache.
+            tgt_mask: the target padding mask ``[batch, 1, 1, n_tgt]`` (True = real token),
+                ANDed with the causal mask. ``"from_ids"`` (default) computes it from
+                ``tgt`` and ``pad_id``; None says there is no padding (a decoding loop that
+                keeps its own mask passes it or None, and saves the work).
 
         Raises:
             TypeError: ``tgt`` is not an integer tensor.
@@ -293,11 +309,10 @@ class EncoderDecoder(nn.Module):
                 ``n_tgt`` positions or more already.
         """
         _check_ids("tgt", tgt)
-        tgt_mask = padding_mask_from_ids(tgt, self.pad_id)  # [b, 1, 1, n_tgt], ANDed w/ causal
-        return self._decode(tgt, memory, src_mask, tgt_mask, caches)
-
-    def _decode(self, tgt, memory, src_mask, tgt_mask, caches):
-        """:meth:`decode` with its masks given: ``tgt_mask`` may be None (no padding)."""
+        if isinstance(tgt_mask, str):
+            if tgt_mask != "from_ids":
+                raise ValueError(f"`tgt_mask` must be a mask, None or 'from_ids', got {tgt_mask!r}")
+            tgt_mask = padding_mask_from_ids(tgt, self.pad_id)  # [b, 1, 1, n_tgt], ANDed w/ causal
         start = 0 if not caches else len(caches[0])  # positions the caches hold already
         if start >= tgt.shape[1]:
             raise ValueError(f"`caches` hold {start} positions; `tgt` ({tgt.shape[1]} ids) "
@@ -361,40 +376,8 @@ class EncoderDecoder(nn.Module):
             TypeError: ``src`` is not an integer tensor; an id that is not an int.
             ValueError: ``src`` is not 2-D; ``max_len`` is below 1 (not an int: ``TypeError``).
         """
-        _check_ids("src", src)
-        check_positive_int("max_len", max_len)
-        for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
-            if isinstance(token, bool) or not isinstance(token, int):
-                raise TypeError(f"`{name}` must be an int, got {type(token).__name__}")
-        attention = [m for m in self.decoder.modules() if isinstance(m, MultiHeadAttention)]
-        # no autograd bookkeeping at all (faster than no_grad), q/k/v stacked once per call
-        with torch.inference_mode(), packed_projections(attention):
-            out = self._greedy_steps(src, bos_id, eos_id, max_len, use_cache)
-        return out.clone()  # a normal tensor again: callers may write into it
-
-    def _greedy_steps(self, src, bos_id, eos_id, max_len, use_cache):
-        """The decoding loop of :meth:`greedy_decode`, arguments checked."""
-        memory, src_mask = self.encode(src)
-        if bool(src_mask.all()):  # one check per sequence, outside every forward
-            src_mask = None  # no source padding: the same attention, without mask work
-        out = torch.full((src.shape[0], max_len + 1), self.pad_id, dtype=torch.long,
-                         device=src.device)
-        out[:, 0] = bos_id
-        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        cached = [KVCache(capacity=max_len) for _ in self.decoder.layers] if use_cache else None
-        keep = padding_mask_from_ids(out, self.pad_id)  # [b, 1, 1, max_len + 1], built once
-        padded = False  # has a pad id been written? Until then no target mask is needed
-        for t in range(max_len):  # reads out[:, :t + 1], writes out[:, t + 1]
-            tgt_mask = keep[..., :t + 1] if padded else None
-            logits = self._decode(out[:, :t + 1], memory, src_mask, tgt_mask, cached)
-            next_id = logits[:, -1].argmax(dim=-1).masked_fill(finished, self.pad_id)  # [b]
-            out[:, t + 1] = next_id
-            keep[:, 0, 0, t + 1] = next_id != self.pad_id
-            finished |= next_id == eos_id
-            if bool(finished.all()):  # the loop's checks, once per step, outside every forward
-                return out[:, 1:t + 2]
-            padded = padded or not bool(keep[:, 0, 0, t + 1].all())
-        return out[:, 1:]
+        return generation.greedy_decode(self, src, bos_id=bos_id, eos_id=eos_id,
+                                        max_len=max_len, use_cache=use_cache)
 
 
 def _final_norm(norm_first, embed_dim, eps, device, dtype):

@@ -3,8 +3,9 @@
 import torch
 
 from mhsa.attention.multihead import MultiHeadAttention
+from mhsa.attention.recording import record_attention
 from mhsa.core.masks import causal_mask
-from mhsa.layers.transformer import DecoderLayer, record_attention
+from mhsa.layers.transformer import DecoderLayer
 
 
 def _cross_attention_entries() -> float:
