@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-FIGURES = Path(__file__).resolve().parents[1] / "chapters" / "figures"
+FIGURES = Path(__file__).resolve().parents[2] / "chapters" / "figures"
 SCRIPTS = sorted(FIGURES.glob("make_*.py"))
 
 

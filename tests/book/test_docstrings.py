@@ -19,7 +19,7 @@ from sphinx.ext.napoleon.docstring import GoogleDocstring
 
 import mhsa
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 # what may follow ":param", ".. attribute::" ...: a name, *args / **kwargs (escaped or not), or several

@@ -26,7 +26,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 KERNEL = "mhsa-bare"
 PIP = ["-m", "pip", "--disable-pip-version-check"]

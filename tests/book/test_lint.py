@@ -13,7 +13,7 @@ import pytest
 
 import mhsa
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 API_PAGE = ROOT / "chapters" / "api.md"
 
 

@@ -33,7 +33,7 @@ import yaml
 
 pytestmark = pytest.mark.book  # needs the built book, and builds it when it is missing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HTML = Path(os.environ.get("MHSA_BOOK_HTML", ROOT / "_build" / "html")).resolve()
 BOOK = HTML.parents[1]  # the book's sources: _config.yml, _toc.yml, chapters/
 SCREENSHOTS = HTML.parent / "screenshots"
