@@ -384,7 +384,7 @@ def test_greedy_decode_allocates_each_cache_once_for_max_len_positions(monkeypat
             super().__init__(**kwargs)
             made.append(self)
 
-    monkeypatch.setattr(mhsa.models.encoder_decoder, "KVCache", Recorded)
+    monkeypatch.setattr(mhsa.attention.base, "KVCache", Recorded)
     model = make_model(4)
     src = torch.randint(3, 13, (3, 6), generator=torch.Generator().manual_seed(4))
     out = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=9, use_cache=True)

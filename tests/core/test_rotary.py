@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mhsa
-from mhsa import KVCache, MultiHeadAttention, apply_rotary
+from mhsa import GroupedQueryAttention, apply_rotary
 
 from tolerances import worst_case
 
@@ -199,7 +199,7 @@ def test_compiles_without_graph_break_or_warning():
 
 def rope_attention(seed=0):
     torch.manual_seed(seed)
-    return MultiHeadAttention(32, 4, num_kv_heads=2, rope_base=10000.0).eval()
+    return GroupedQueryAttention(32, 4, 2, rope_base=10000.0, bias=True).eval()
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -209,14 +209,14 @@ def test_every_path_runs_under_autocast_bfloat16(seed):
     mha = rope_attention(seed)
     x = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        expected, expected_weights = mha(x, is_causal=True, need_weights=True)
+        expected, expected_weights = mha(x, need_weights=True)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            fused, _ = mha(x, is_causal=True)
-            explicit, weights = mha(x, is_causal=True, need_weights=True)
-            cache = KVCache()
+            fused, _ = mha(x)
+            explicit, weights = mha(x, need_weights=True)
+            cache = mha.new_cache()
             steps = torch.cat([mha(x[:, t:t + 1], cache=cache)[0] for t in range(7)], dim=1)
             with mhsa.record_attention(mha) as recorded:
-                in_record, _ = mha(x, is_causal=True)
+                in_record, _ = mha(x)
     got = {"fused": fused, "explicit": explicit, "cache": steps, "record_attention": in_record}
     for path, out in got.items():
         assert out.dtype == torch.bfloat16, path
@@ -244,11 +244,11 @@ def test_exports_with_a_dynamic_sequence_length(need_weights):
     """One exported program for every length: 5 and 40 lie on both sides of the 16
     positions whose angles eager mode keeps, and past no guard on the length."""
     mha = rope_attention()
-    kwargs = {"is_causal": True, "need_weights": need_weights}
+    kwargs = {"need_weights": need_weights}
     x = torch.randn(2, 20, 32, generator=torch.Generator().manual_seed(6))
     n = torch.export.Dim("n")  # no upper bound
     program = torch.export.export(mha, (x,), kwargs, dynamic_shapes={
-        "query": {1: n}, "is_causal": None, "need_weights": None}).module()
+        "x": {1: n}, "need_weights": None}).module()
     for length in (5, 40):
         x = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
         with torch.no_grad():
@@ -265,10 +265,10 @@ def test_compiles_once_for_every_length_with_dynamic_shapes():
     every backend shares (inductor needs about 30 s here)."""
     mha = rope_attention()
     torch._dynamo.reset()
-    compiled = torch.compile(lambda x: mha(x, is_causal=True)[0], dynamic=True,
+    compiled = torch.compile(lambda x: mha(x)[0], dynamic=True,
                              fullgraph=True, backend="eager")
     with torch._dynamo.config.patch(error_on_recompile=True), torch.no_grad():
         for length in (5, 40, 3):
             x = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
-            torch.testing.assert_close(compiled(x), mha(x, is_causal=True)[0],
+            torch.testing.assert_close(compiled(x), mha(x)[0],
                                        atol=1e-5, rtol=1e-5)

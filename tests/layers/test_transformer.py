@@ -245,7 +245,7 @@ def test_bad_inputs_name_the_argument():
 
 
 def test_record_attention_refuses_a_model_without_layers_and_nesting():
-    with pytest.raises(ValueError, match=r"`model` \(Linear\) contains no MultiHeadAttention"), \
+    with pytest.raises(ValueError, match=r"`model` \(Linear\) contains no attention module"), \
             mhsa.record_attention(nn.Linear(2, 2)):
         pass
     layer = mhsa.EncoderLayer(E, H, FF)

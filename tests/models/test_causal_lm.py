@@ -116,7 +116,7 @@ def test_configuration_is_read_from_transformers():
     theirs = hf_model("mistral", window="default", tie=True, theta=500.0, head_dim=16)
     ours = CausalLM.from_hf_llama(theirs)
     attn = ours.layers[0].attn
-    assert (attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.qkv_dim) == (4, 2, 16, 64)
+    assert (attn.num_heads, attn.num_kv_heads, attn.head_dim, attn.q_proj.out_features) == (4, 2, 16, 64)
     assert attn.window == 4096 and attn.rope_base == 500.0  # MistralConfig's default window
     assert ours.layers[1].norm1.eps == 1e-5 and ours.norm.eps == 1e-5
     assert ours.lm_head.weight is ours.embed.weight and not ours.training
@@ -168,7 +168,7 @@ def test_cached_decoding_in_chunks_equals_the_full_pass(variant, seed, data):
     model = small_model(*variant, seed)
     sizes = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=5))
     ids = torch.randint(VOCAB, (2, sum(sizes)), generator=torch.Generator().manual_seed(seed))
-    caches, chunks, start = [KVCache() for _ in model.layers], [], 0
+    caches, chunks, start = model.new_cache(), [], 0
     with torch.no_grad():
         for size in sizes:
             x = model.embed(ids[:, start:start + size])
@@ -222,14 +222,14 @@ def test_packed_projections_give_the_same_outputs_and_are_dropped(bias):
     """Packing (what generate does for one call) stacks q/k/v and gate/up and changes the
     weights' memory layout only: outputs equal within 1e-5 (float32; sums in another order)."""
     torch.manual_seed(9)
-    attn = mhsa.MultiHeadAttention(16, 4, num_kv_heads=2, bias=bias, rope_base=100.0)
+    attn = mhsa.GroupedQueryAttention(16, 4, 2, bias=bias, rope_base=100.0)
     ff = SwiGLU(16, 24, bias=bias)
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
-        expected = attn(x, is_causal=True)[0], ff(x)
+        expected = attn(x)[0], ff(x)
         attn.pack_projections()
         ff.pack_projections()
-        got = attn(x, is_causal=True)[0], ff(x)
+        got = attn(x)[0], ff(x)
         attn.pack_projections(False)
         ff.pack_projections(False)
     for g, e in zip(got, expected):
@@ -401,9 +401,9 @@ def spread_model(*args, seed, **kwargs):
 
 
 def documented(pattern: str) -> re.Match:
-    """What ``CausalLM.generate``'s docstring says about cached decoding (``pattern``)."""
-    match = re.search(pattern, " ".join(CausalLM.generate.__doc__.split()))
-    assert match, f"CausalLM.generate's docstring no longer says {pattern!r}"
+    """What ``generate``'s docstring says about cached decoding (``pattern``)."""
+    match = re.search(pattern, " ".join(mhsa.models.generation.generate.__doc__.split()))
+    assert match, f"mhsa.models.generation.generate's docstring no longer says {pattern!r}"
     return match
 
 
@@ -460,7 +460,7 @@ def test_generate_allocates_each_cache_once(monkeypatch, window, capacity):
             super().__init__(**kwargs)
             made.append(self)
 
-    monkeypatch.setattr(mhsa.models.causal_lm, "KVCache", Recorded)
+    monkeypatch.setattr(mhsa.attention.grouped_query, "KVCache", Recorded)
     model = small_model(2, window, seed=15)
     ids = torch.randint(VOCAB, (3, 5), generator=torch.Generator().manual_seed(15))
     out = model.generate(ids, 20)

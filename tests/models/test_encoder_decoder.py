@@ -179,11 +179,11 @@ def test_a_short_training_run_lowers_the_loss():
 
 
 def scripted(model, script):
-    """Make the decoder (``model._decode``, which greedy decoding calls) return logits that
+    """Make the decoder (``model.decode``, which greedy decoding calls) return logits that
     pick ``script[b][t]`` at step ``t``."""
     calls = []
 
-    def decode(tgt, memory, src_mask=None, tgt_mask=None, caches=None):
+    def decode(tgt, memory, src_mask=None, *, caches=None, tgt_mask="from_ids"):
         step = tgt.shape[1] - 1
         calls.append(step)
         logits = torch.zeros(tgt.shape[0], tgt.shape[1], 13)
@@ -191,7 +191,7 @@ def scripted(model, script):
             logits[b, -1, tokens[min(step, len(tokens) - 1)]] = 1.0
         return logits
 
-    model._decode = decode
+    model.decode = decode
     return calls
 
 

@@ -1,4 +1,4 @@
-"""Grouped-query and multi-query attention, rotary positions, sliding windows, and their cache.
+"""GroupedQueryAttention: grouped- and multi-query heads, rotary positions, sliding windows, cache.
 
 Reference: torch's ``F.scaled_dot_product_attention(..., enable_gqa=True)`` with the module's
 weights copied into plain tensor code. Masks: boolean, True = may attend.
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import mhsa
-from mhsa import KVCache, MultiHeadAttention
+from mhsa import GroupedQueryAttention, KVCache, MultiHeadAttention
 
 TOL32 = {"atol": 1e-5, "rtol": 1e-5}
 TOL64 = {"atol": 1e-12, "rtol": 1e-12}
@@ -27,14 +27,14 @@ KV_IDS = ["mha", "gqa", "mqa"]
 
 def make(num_kv_heads, seed=0, dtype=torch.float32, **kw):
     torch.manual_seed(seed)
-    mha = MultiHeadAttention(EMBED, HEADS, num_kv_heads=num_kv_heads, dtype=dtype, **kw).eval()
+    mha = GroupedQueryAttention(EMBED, HEADS, num_kv_heads, bias=True, dtype=dtype, **kw).eval()
     with torch.no_grad():  # nn.Linear biases start small; make them count
         for proj in (mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj):
             proj.bias.normal_()
     return mha
 
 
-def reference(mha, x, *, attn_mask=None, is_causal=False, positions=None):
+def reference(mha, x, *, attn_mask=None, is_causal=True, positions=None):
     """Plain torch: linear, view/transpose, F.scaled_dot_product_attention(enable_gqa=True)."""
     b, n, _ = x.shape
     d = mha.head_dim
@@ -52,7 +52,7 @@ def reference(mha, x, *, attn_mask=None, is_causal=False, positions=None):
 
 
 def decode_in_chunks(mha, x, sizes, **kw):
-    cache, outputs, start = KVCache(), [], 0
+    cache, outputs, start = mha.new_cache(), [], 0
     for size in sizes:
         outputs.append(mha(x[:, start:start + size], cache=cache, **kw)[0])
         start += size
@@ -61,24 +61,68 @@ def decode_in_chunks(mha, x, sizes, **kw):
 
 
 def test_projection_widths_and_repr():
-    mha = MultiHeadAttention(EMBED, 8, num_kv_heads=2)
+    mha = GroupedQueryAttention(EMBED, 8, 2)
     assert (mha.q_proj.out_features, mha.k_proj.out_features, mha.v_proj.out_features) == (32, 8, 8)
-    assert mha.out_proj.in_features == 32 and mha.head_dim == 4
+    assert mha.out_proj.in_features == 32 and mha.head_dim == 4 and mha.q_proj.bias is None
     assert "num_kv_heads=2" in repr(mha)
-    assert MultiHeadAttention(EMBED, 8).num_kv_heads == 8
+    wide = GroupedQueryAttention(EMBED, 8, 4, head_dim=16)  # h * d = 128 != embed_dim
+    assert (wide.q_proj.out_features, wide.k_proj.out_features, wide.out_proj.in_features) == (
+        128, 64, 128)
+    assert wide(torch.randn(1, 3, EMBED))[0].shape == (1, 3, EMBED)
+
+
+def test_constructor_errors_name_the_argument():
+    with pytest.raises(ValueError, match=r"`num_heads` \(8\) must be divisible by `num_kv_heads` \(3\)"):
+        GroupedQueryAttention(EMBED, 8, 3)
+    with pytest.raises(ValueError, match=r"`embed_dim` \(30\) must be divisible by `num_heads` \(4\)"):
+        GroupedQueryAttention(30, 4, 2)
+    with pytest.raises(TypeError, match="num_kv_heads"):
+        GroupedQueryAttention(EMBED, 4, 2.0)
+    with pytest.raises(ValueError, match="`head_dim` .5. must be even with `rope_base`"):
+        GroupedQueryAttention(EMBED, 4, 2, head_dim=5, rope_base=10000.0)
+    with pytest.raises(ValueError, match="`window` must be a positive int, got 0"):
+        GroupedQueryAttention(EMBED, 4, 2, window=0)
+    with pytest.raises(TypeError, match=r"`window` must be an int, got float 2\.5"):
+        GroupedQueryAttention(EMBED, 4, 2, window=2.5)
+    with pytest.raises(TypeError, match="`rope_base` must be a number or None, got str"):
+        GroupedQueryAttention(EMBED, 4, 2, rope_base="10000")
+    with pytest.raises(ValueError, match=r"`rope_base` must be > 0, got 0\.0"):
+        GroupedQueryAttention(EMBED, 4, 2, rope_base=0.0)
+
+
+def test_forward_errors_name_the_argument():
+    mha = make(2)
+    with pytest.raises(ValueError, match=r"`x` must be 3-D \[batch, n, embed_dim\]"):
+        mha(torch.randn(4, EMBED))
+    with pytest.raises(TypeError, match="`x` must have the module's dtype torch.float32"):
+        mha(torch.randn(1, 4, EMBED, dtype=torch.float64))
+    with pytest.raises(TypeError, match="`attn_mask` must be torch.bool"):
+        mha(torch.randn(1, 4, EMBED), attn_mask=torch.ones(4, 4))
+    with pytest.raises(ValueError, match="`attn_mask` of shape .1, 1, 1, 5. does not broadcast"):
+        mha(torch.randn(1, 4, EMBED), attn_mask=torch.ones(1, 1, 1, 5, dtype=torch.bool))
+
+
+def test_is_an_attention_module_of_the_contract():
+    mha = make(2, window=3)
+    assert isinstance(mha, mhsa.Attention)
+    cache = mha.new_cache(capacity=100)  # a window never needs more than 2 * window positions
+    with torch.no_grad():
+        mha(torch.randn(1, 2, EMBED), cache=cache)
+    assert isinstance(cache, KVCache) and cache.nbytes == 2 * 1 * 2 * 6 * (EMBED // HEADS) * 4
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
-@pytest.mark.parametrize("masking", ["none", "causal", "padding"])
+@pytest.mark.parametrize("masking", ["causal", "padding"])
 @pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
 def test_equals_torch_sdpa_with_enable_gqa(seed, need_weights, masking, num_kv_heads):
     mha = make(num_kv_heads, seed)
     x = torch.randn(2, 6, EMBED, generator=torch.Generator().manual_seed(seed))
     keep = mhsa.padding_mask([6, 3], 6) if masking == "padding" else None
-    causal = masking == "causal"
-    out, weights = mha(x, attn_mask=keep, is_causal=causal, need_weights=need_weights)
-    torch.testing.assert_close(out, reference(mha, x, attn_mask=keep, is_causal=causal), **TOL32)
+    expected = reference(mha, x) if keep is None else reference(
+        mha, x, attn_mask=keep & mhsa.causal_mask(6), is_causal=False)
+    out, weights = mha(x, attn_mask=keep, need_weights=need_weights)  # always causal
+    torch.testing.assert_close(out, expected, **TOL32)
     if need_weights:
         assert weights.shape == (2, HEADS, 6, 6)
         torch.testing.assert_close(weights.sum(-1), torch.ones(2, HEADS, 6), **TOL32)
@@ -107,7 +151,7 @@ def test_cached_decoding_equals_the_full_causal_pass(num_kv_heads, rope_base, wi
                                                      need_weights):
     mha = make(num_kv_heads, rope_base=rope_base, window=window)
     x = torch.randn(2, 9, EMBED, generator=torch.Generator().manual_seed(1))
-    full, _ = mha(x, is_causal=True, need_weights=need_weights)
+    full, _ = mha(x, need_weights=need_weights)
     steps, _ = decode_in_chunks(mha, x, sizes, need_weights=need_weights)
     torch.testing.assert_close(steps, full, **TOL32)
 
@@ -117,7 +161,7 @@ def test_cached_decoding_is_exact_in_float64_with_rope_and_window(num_kv_heads):
     mha = make(num_kv_heads, dtype=torch.float64, rope_base=10000.0, window=4)
     x = torch.randn(1, 11, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     steps, _ = decode_in_chunks(mha, x, [3, 1, 1, 5, 1])
-    torch.testing.assert_close(steps, mha(x, is_causal=True)[0], **TOL64)
+    torch.testing.assert_close(steps, mha(x)[0], **TOL64)
 
 
 @pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
@@ -126,34 +170,24 @@ def test_window_equals_the_sliding_window_mask(num_kv_heads):
     plain = make(num_kv_heads)  # same seed: same weights
     x = torch.randn(2, 8, EMBED, generator=torch.Generator().manual_seed(4))
     mask = mhsa.sliding_window_mask(8, window=3)
-    expected = reference(plain, x, attn_mask=mask)
+    expected = reference(plain, x, attn_mask=mask, is_causal=False)
     for need_weights in (False, True):
-        out, _ = windowed(x, is_causal=True, need_weights=need_weights)
+        out, _ = windowed(x, need_weights=need_weights)
         torch.testing.assert_close(out, expected, **TOL32)
-    _, weights = windowed(x, is_causal=True, need_weights=True)
+    _, weights = windowed(x, need_weights=True)
     assert torch.equal(weights[0, 0] > 0, mask)  # exactly the window's keys get weight
-
-
-def test_window_needs_causal_attention():
-    mha = make(2, window=3)
-    with pytest.raises(ValueError, match=r"`window` \(3\) is a causal sliding window"):
-        mha(torch.randn(1, 4, EMBED))
-    with pytest.raises(ValueError, match="is a causal sliding window"):
-        mha(torch.randn(1, 4, EMBED), need_weights=True)
 
 
 def test_window_wider_than_the_text_is_plain_causal_attention():
     x = torch.randn(1, 6, EMBED, generator=torch.Generator().manual_seed(5))
-    torch.testing.assert_close(make(2, window=6)(x, is_causal=True)[0],
-                               make(2)(x, is_causal=True)[0], **TOL32)
+    torch.testing.assert_close(make(2, window=6)(x)[0], make(2)(x)[0], **TOL32)
 
 
 @pytest.mark.parametrize("num_kv_heads", KV_HEADS, ids=KV_IDS)
 def test_rope_equals_rotating_queries_and_keys_by_hand(num_kv_heads):
     mha = make(num_kv_heads, rope_base=10000.0)
     x = torch.randn(2, 7, EMBED, generator=torch.Generator().manual_seed(6))
-    torch.testing.assert_close(mha(x, is_causal=True)[0], reference(mha, x, is_causal=True),
-                               **TOL32)
+    torch.testing.assert_close(mha(x)[0], reference(mha, x), **TOL32)
     positions = torch.arange(7) * 3 + 5
     torch.testing.assert_close(mha(x, positions=positions)[0],
                                reference(mha, x, positions=positions), **TOL32)
@@ -173,24 +207,35 @@ def test_rope_outputs_depend_on_offsets_only():
 def test_rope_and_positions_errors():
     rope = make(2, rope_base=10000.0)
     x = torch.randn(1, 4, EMBED)
-    with pytest.raises(ValueError, match="`rope_base` serves self-attention"):
+    with pytest.raises(TypeError):  # self-attention only: no key argument
         rope(x, torch.randn(1, 5, EMBED))
     with pytest.raises(ValueError, match="this module has no `rope_base`"):
         make(2)(x, positions=torch.arange(4))
-    with pytest.raises(ValueError, match=r"`positions` must be \[n\] with n = x.shape\[-2\] = 4"):
+    with pytest.raises(ValueError, match=r"`positions` must be \[n\] or \[batch, n\] with batch = 1, n = 4"):
         rope(x, positions=torch.arange(5))
     with pytest.raises(TypeError, match="`positions` must be an integer tensor"):
         rope(x, positions=torch.arange(4.0))
 
 
-@pytest.mark.parametrize("num_kv_heads", [2, 1], ids=["gqa", "mqa"])
-def test_to_torch_refuses_what_torch_cannot_hold(num_kv_heads):
-    with pytest.raises(ValueError, match=r"cannot hold `num_kv_heads` \(\d\) != `num_heads` \(4\)"):
-        make(num_kv_heads).to_torch()
-    with pytest.raises(ValueError, match="has no `rope_base`"):
-        make(4, rope_base=10000.0).to_torch()
-    with pytest.raises(ValueError, match="has no `window`"):
-        make(4, window=2).to_torch()
+def test_positions_per_row_equal_each_row_alone():
+    """Positions [b, n]: each row rotates with its own positions, as if it ran alone."""
+    mha = make(2, rope_base=10000.0)
+    x = torch.randn(2, 5, EMBED, generator=torch.Generator().manual_seed(11))
+    rows = torch.stack([torch.arange(5), torch.arange(5) + 7])
+    out, _ = mha(x, positions=rows)
+    for b in range(2):
+        torch.testing.assert_close(out[b:b + 1], mha(x[b:b + 1], positions=rows[b])[0], **TOL32)
+    angles = mha.rotary_angles(rows)  # computed once, as a model does for all its layers
+    torch.testing.assert_close(mha(x, positions=angles)[0], out, **TOL32)
+
+
+def test_multi_head_case_equals_multihead_attention():
+    """num_kv_heads = num_heads is MultiHeadAttention's causal self-attention, same weights."""
+    gqa = make(HEADS)
+    mha = MultiHeadAttention(EMBED, HEADS).eval()
+    mha.load_state_dict(gqa.state_dict())
+    x = torch.randn(2, 6, EMBED, generator=torch.Generator().manual_seed(12))
+    torch.testing.assert_close(gqa(x)[0], mha(x, is_causal=True)[0], **TOL32)
 
 
 # -- the cache: memory, preallocation, window ------------------------------------------------
@@ -223,7 +268,7 @@ def test_cache_writes_in_place_and_grows_geometrically():
 @pytest.mark.parametrize("chunk", [1, 3])
 def test_window_cache_memory_is_bounded(chunk):
     mha = make(2, window=4)
-    cache, most = KVCache(), 0
+    cache, most = mha.new_cache(), 0
     x = torch.randn(1, 60, EMBED, generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
         for t in range(0, 60, chunk):
@@ -240,8 +285,8 @@ def test_window_cache_with_padding_over_every_position():
     mha = make(2, window=3)
     x = torch.randn(2, 8, EMBED, generator=torch.Generator().manual_seed(9))
     keep = mhsa.padding_mask([8, 5], 8)  # [b, 1, 1, 8]
-    full, _ = mha(x, attn_mask=keep, is_causal=True)
-    cache, steps = KVCache(), []
+    full, _ = mha(x, attn_mask=keep)
+    cache, steps = mha.new_cache(), []
     for t in range(8):
         steps.append(mha(x[:, t:t + 1], cache=cache, attn_mask=keep[..., :t + 1])[0])
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL32)
@@ -251,7 +296,7 @@ def test_cache_under_autograd_gives_the_gradients_of_the_full_pass():
     mha = make(2, rope_base=10000.0)
     x = torch.randn(1, 5, EMBED, generator=torch.Generator().manual_seed(10))
     steps, _ = decode_in_chunks(mha, x, [2, 1, 2])
-    full, _ = mha(x, is_causal=True)
+    full, _ = mha(x)
     grad_steps = torch.autograd.grad(steps.square().sum(), mha.k_proj.weight)[0]
     grad_full = torch.autograd.grad(full.square().sum(), mha.k_proj.weight)[0]
     torch.testing.assert_close(grad_steps, grad_full, **TOL32)
@@ -260,12 +305,12 @@ def test_cache_under_autograd_gives_the_gradients_of_the_full_pass():
 def test_cache_made_in_inference_mode_continues_outside_it():
     mha = make(2)
     x = torch.randn(1, 4, EMBED)
-    cache = KVCache()
+    cache = mha.new_cache()
     with torch.inference_mode():
         first, _ = mha(x[:, :2], cache=cache)
     with torch.no_grad():
         second, _ = mha(x[:, 2:], cache=cache)
-        full, _ = mha(x, is_causal=True)
+        full, _ = mha(x)
     torch.testing.assert_close(torch.cat([first, second], dim=1), full, **TOL32)
 
 
