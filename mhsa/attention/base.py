@@ -65,6 +65,6 @@ class Attention(nn.Module):
     def pack_projections(self, packed: bool = True) -> None:
         """Keep (or drop) a faster weight layout for inference; the default keeps nothing.
 
-        :func:`mhsa.core._packing.packed_projections` calls this around a decoding loop.
+        ``mhsa.core._packing.packed_projections`` calls this around a decoding loop.
         A variant that overrides it must give the same outputs up to float rounding.
         """

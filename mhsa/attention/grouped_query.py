@@ -56,9 +56,10 @@ class GroupedQueryAttention(Attention):
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
-        q_proj: ``nn.Linear(embed_dim, h * d)``; k_proj, v_proj: ``nn.Linear(embed_dim, g * d)``;
-        out_proj: ``nn.Linear(h * d, embed_dim)``. Applied with ``F.linear`` (stacked for
-        one matrix product), so forward hooks on them do not run.
+        q_proj: ``nn.Linear(embed_dim, h * d)``, applied with ``F.linear`` (stacked with the
+            keys' and values' for one matrix product), so forward hooks on it do not run.
+        k_proj, v_proj: ``nn.Linear(embed_dim, g * d)``, applied the same way.
+        out_proj: ``nn.Linear(h * d, embed_dim)``.
         embed_dim, num_heads, num_kv_heads, head_dim, rope_base, window, dropout: as above.
 
     Raises:
@@ -116,7 +117,7 @@ class GroupedQueryAttention(Attention):
                 ``window - 1`` are kept).
             positions: with ``rope_base``, the positions of the ``n`` tokens: an integer
                 tensor ``[n]`` or ``[b, n]`` (one row per sequence, e.g. after left
-                padding), or their :class:`mhsa.core.rotary.RotaryAngles` from
+                padding), or their ``mhsa.core.rotary.RotaryAngles`` from
                 :meth:`rotary_angles` (a model computes them once for all its layers).
                 Default ``len(cache) + arange(n)``. Without ``rope_base`` it must be None.
             need_weights: return the per-head weights (explicit path) instead of running
@@ -164,7 +165,7 @@ class GroupedQueryAttention(Attention):
         return F.linear(merge_heads(out), out_weight, self.out_proj.bias), weights
 
     def rotary_angles(self, positions=None, *, start: int = 0, n: int | None = None):
-        """The :class:`mhsa.core.rotary.RotaryAngles` of ``positions``, to pass as ``positions``.
+        """The ``mhsa.core.rotary.RotaryAngles`` of ``positions``, to pass as ``positions``.
 
         Args:
             positions: integer tensor ``[n]`` or ``[b, n]``; default ``start + arange(n)``.

@@ -244,14 +244,14 @@ class MultiHeadAttention(Attention):
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
         """A copy of a ``torch.nn.MultiheadAttention(batch_first=True)``, same weights.
 
-        See :func:`mhsa.interop.torch_nn.mha_from_torch`.
+        See ``mhsa.interop.torch_nn.mha_from_torch``.
         """
         return mha_from_torch(module, cls)
 
     def to_torch(self) -> nn.MultiheadAttention:
         """A ``torch.nn.MultiheadAttention(batch_first=True)`` with this module's weights.
 
-        See :func:`mhsa.interop.torch_nn.mha_to_torch`.
+        See ``mhsa.interop.torch_nn.mha_to_torch``.
         """
         return mha_to_torch(self)
 

@@ -27,7 +27,7 @@ class CausalLMLayer(nn.Module):
         window: sliding window (``None``: full causal).
         norm_eps: epsilon of both RMSNorms.
         attention: the name of the attention variant in
-            :data:`mhsa.attention.CAUSAL_ATTENTION` (default ``"grouped_query"``).
+            ``mhsa.attention.CAUSAL_ATTENTION`` (default ``"grouped_query"``).
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:

@@ -37,7 +37,7 @@ class CausalLM(nn.Module):
         embed_dim: width ``e`` of the residual stream.
         num_heads: query heads ``h``.
         ff_dim: hidden width of the SwiGLU network.
-        num_layers: number of :class:`mhsa.layers.CausalLMLayer`, ``int >= 1``.
+        num_layers: number of ``mhsa.layers.CausalLMLayer``, ``int >= 1``.
         num_kv_heads: key/value heads; must divide ``num_heads`` (default ``num_heads``).
         qkv_dim: ``num_heads * head_dim`` (default ``embed_dim``).
         rope_base: rotary base ``theta`` (``rope_theta``), ``> 0``.
@@ -49,7 +49,7 @@ class CausalLM(nn.Module):
 
     Attributes:
         embed: ``nn.Embedding(vocab_size, embed_dim)``.
-        layers: ``nn.ModuleList`` of :class:`mhsa.layers.CausalLMLayer`.
+        layers: ``nn.ModuleList`` of ``mhsa.layers.CausalLMLayer``.
         norm: ``nn.RMSNorm``.
         lm_head: ``nn.Linear(embed_dim, vocab_size, bias=False)``.
 
@@ -204,7 +204,62 @@ class CausalLM(nn.Module):
                  use_cache: bool = True) -> torch.Tensor:
         """Append up to ``max_new_tokens`` tokens to each row of ``ids``.
 
-        See :func:`mhsa.models.generation.generate`, which this calls with ``self``.
+        With the cache (:meth:`new_cache`, one per layer) the prompt is read once and each
+        step reads only the newest token; without it, each step reads the whole sequence
+        again. The caches are allocated once, for the ``n + max_new_tokens - 1`` positions read
+        (the last new token is never read; a windowed cache keeps at most twice its window).
+        For the length of the call the model's projections are packed
+        (:meth:`pack_projections`): faster, equal up to float rounding. The loop lives in
+        ``mhsa.models.generation``, decoding's one home, with that of
+        :meth:`mhsa.EncoderDecoder.greedy_decode`.
+
+        A left-padded batch with its ``attention_mask`` gives each row the tokens it gets
+        alone: padding is masked out as keys, and positions follow the mask (a row's first
+        token is at position 0), as transformers' ``generate`` computes them. Without the mask
+        every token is a real token.
+
+        Cached and uncached decoding compute the same logits with matrices of other shapes,
+        so they are equal up to float rounding: in float32 within 1e-5 (measured: at most
+        5e-6, for logits up to 5 in size, on the 4-layer, 256-wide model of
+        ``benchmarks/bench_generate.py``). Greedy tokens are then the same unless the two
+        largest logits of a step are closer than that. In bfloat16 or float16 the rounding is
+        about 1e-2 (bfloat16) or 1e-3 (float16), and the tokens can and do diverge (those of
+        transformers' cached and uncached generation too).
+
+        Args:
+            ids: prompt ``[batch, n]``, integer tensor, ``n >= 1``.
+            max_new_tokens: most tokens to append, ``int >= 0``.
+            attention_mask: optional ``[batch, n]``, torch.bool or integer 0/1: True (1) for a
+                token, False (0) for padding (the course's polarity: True = may attend).
+            eos_token_id: a row that produces it is finished: its later tokens are this id.
+                Decoding stops early when every row is finished. None: never.
+            temperature: 0 (default) is greedy, the arg-max at each step; ``> 0`` samples from
+                ``softmax(logits / temperature)``.
+            top_k: sample only among the ``top_k`` most likely tokens
+                (``mhsa.models.generation.top_k_filter``).
+            top_p: sample only among the most likely tokens that hold ``top_p`` of the
+                probability (``mhsa.models.generation.top_p_filter``).
+            generator: the ``torch.Generator`` that sampling draws from: seeded, the same
+                tokens every run.
+            use_cache: decode with key-value caches (fast) or recompute (slow).
+
+        Returns:
+            ``[batch, n + m]``, ``ids``'s dtype, ``m <= max_new_tokens``: the prompt, then the new
+            tokens (``m < max_new_tokens`` only when every row reached ``eos_token_id``).
+
+        Raises:
+            TypeError: ``ids`` is not an integer tensor; ``max_new_tokens``, ``top_k`` or
+                ``eos_token_id`` not an int; ``temperature`` or ``top_p`` not a number;
+                ``use_cache`` not a bool; ``attention_mask`` not a bool or integer tensor;
+                ``generator`` not a ``torch.Generator``.
+            ValueError: ``ids`` is not 2-D or has no token; ``max_new_tokens < 0``;
+                ``temperature < 0``; ``top_k < 1``; ``top_p`` outside ``(0, 1]``;
+                ``attention_mask`` not ``[batch, n]``; ``top_k``/``top_p`` with
+                ``temperature == 0`` (greedy ignores them: say what you mean).
+
+        Source: Radford et al. 2019, "Language Models are Unsupervised Multitask Learners"
+        (autoregressive decoding); Holtzman et al. 2020 (top-p); Fan et al. 2018 (top-k);
+        transformers' ``GenerationMixin`` (positions of left-padded rows).
         """
         return generation.generate(
             self, ids, max_new_tokens, attention_mask=attention_mask,

@@ -85,63 +85,10 @@ def generate(model, ids: torch.Tensor, max_new_tokens: int, *, attention_mask=No
              eos_token_id: int | None = None, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None,
              generator: torch.Generator | None = None, use_cache: bool = True) -> torch.Tensor:
-    """Append up to ``max_new_tokens`` tokens to each row of ``ids`` with a causal LM.
+    """The loop of :meth:`mhsa.CausalLM.generate` (documented there), for ``model``.
 
-    With the cache (``model.new_cache()``, one per layer) the prompt is read once and each
-    step reads only the newest token; without it, each step reads the whole sequence
-    again. The caches are allocated once, for the ``n + max_new_tokens - 1`` positions read
-    (the last new token is never read; a windowed cache keeps at most twice its window).
-    For the length of the call the model's projections are packed
-    (``model.pack_projections()``): faster, equal up to float rounding.
-
-    A left-padded batch with its ``attention_mask`` gives each row the tokens it gets
-    alone: padding is masked out as keys, and positions follow the mask (a row's first
-    token is at position 0), as transformers' ``generate`` computes them. Without the mask
-    every token is a real token.
-
-    Cached and uncached decoding compute the same logits with matrices of other shapes,
-    so they are equal up to float rounding: in float32 within 1e-5 (measured: at most
-    5e-6, for logits up to 5 in size, on the 4-layer, 256-wide model of
-    ``benchmarks/bench_generate.py``). Greedy tokens are then the same unless the two
-    largest logits of a step are closer than that. In bfloat16 or float16 the rounding is
-    about 1e-2 (bfloat16) or 1e-3 (float16), and the tokens can and do diverge (those of
-    transformers' cached and uncached generation too).
-
-    Args:
-        model: a :class:`mhsa.CausalLM` (anything with its ``forward``, ``new_cache`` and
-            ``pack_projections``).
-        ids: prompt ``[batch, n]``, integer tensor, ``n >= 1``.
-        max_new_tokens: most tokens to append, ``int >= 0``.
-        attention_mask: optional ``[batch, n]``, torch.bool or integer 0/1: True (1) for a
-            token, False (0) for padding (the course's polarity: True = may attend).
-        eos_token_id: a row that produces it is finished: its later tokens are this id.
-            Decoding stops early when every row is finished. None: never.
-        temperature: 0 (default) is greedy, the arg-max at each step; ``> 0`` samples from
-            ``softmax(logits / temperature)``.
-        top_k: sample only among the ``top_k`` most likely tokens (:func:`top_k_filter`).
-        top_p: sample only among the most likely tokens that hold ``top_p`` of the
-            probability (:func:`top_p_filter`).
-        generator: the ``torch.Generator`` that sampling draws from: seeded, the same
-            tokens every run.
-        use_cache: decode with key-value caches (fast) or recompute (slow).
-
-    Returns:
-        ``[batch, n + m]``, ``ids``'s dtype, ``m <= max_new_tokens``: the prompt, then the new
-        tokens (``m < max_new_tokens`` only when every row reached ``eos_token_id``).
-
-    Raises:
-        TypeError: ``ids`` is not an integer tensor; ``max_new_tokens``, ``top_k`` or
-            ``eos_token_id`` not an int; ``temperature`` or ``top_p`` not a number;
-            ``use_cache`` not a bool; ``attention_mask`` not a bool or integer tensor;
-            ``generator`` not a ``torch.Generator``.
-        ValueError: ``ids`` is not 2-D or has no token; ``max_new_tokens < 0``;
-            ``temperature < 0``; ``top_k < 1``; ``top_p`` outside ``(0, 1]``;
-            ``attention_mask`` not ``[batch, n]``; ``top_k``/``top_p`` with
-            ``temperature == 0`` (greedy ignores them: say what you mean).
-
-    Source: Radford et al. 2019, "Language Models are Unsupervised Multitask Learners"
-    (autoregressive decoding); Holtzman et al. 2020 (top-p); Fan et al. 2018 (top-k);
-    transformers' ``GenerationMixin`` (positions of left-padded rows).
+    ``model``: a :class:`mhsa.CausalLM`, or anything with its ``forward`` (``cache``,
+    ``positions``, ``attn_mask``, ``last_only``), ``new_cache`` and ``pack_projections``.
     """
     _check_generate_args(ids, max_new_tokens, attention_mask, eos_token_id, temperature,
                          top_k, top_p, generator, use_cache)

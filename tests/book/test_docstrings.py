@@ -51,8 +51,10 @@ def public_objects():
     ``mhsa.__all__``, every public function or class a module defines, and the public methods and
     properties of those classes. New modules and classes are found without editing this test.
     """
-    modules = [mhsa] + [importlib.import_module(f"mhsa.{m.name}") for m in pkgutil.iter_modules(mhsa.__path__)
-                        if not m.name.startswith("_") and m.name != "answers"]
+    modules = [mhsa] + [importlib.import_module(m.name)
+                        for m in pkgutil.walk_packages(mhsa.__path__, prefix="mhsa.")
+                        if not any(part.startswith("_") or part == "answers"
+                                   for part in m.name.split("."))]
     found = {}
     for module in modules:
         found[module.__name__] = (module, "module")

@@ -401,9 +401,9 @@ def spread_model(*args, seed, **kwargs):
 
 
 def documented(pattern: str) -> re.Match:
-    """What ``generate``'s docstring says about cached decoding (``pattern``)."""
-    match = re.search(pattern, " ".join(mhsa.models.generation.generate.__doc__.split()))
-    assert match, f"mhsa.models.generation.generate's docstring no longer says {pattern!r}"
+    """What ``CausalLM.generate``'s docstring says about cached decoding (``pattern``)."""
+    match = re.search(pattern, " ".join(CausalLM.generate.__doc__.split()))
+    assert match, f"CausalLM.generate's docstring no longer says {pattern!r}"
     return match
 
 
