@@ -150,7 +150,7 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     q, k = torch.randn(1, HEADS, 1, d), torch.randn(1, KV_HEADS, 1, d)
     keys = torch.randn(1, KV_HEADS, n_cached + 1, d)
     with torch.inference_mode():
-        cache = mhsa.KVCache()
+        cache = attn.new_cache()
         attn(torch.randn(1, n_cached, WIDTH), cache=cache)
     big = mhsa.KVCache()  # grows in place, doubling its buffers when full
     slots = torch.empty(1, KV_HEADS, 8192, d)
@@ -158,14 +158,14 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     def attend_cached():  # one decoding step of attention: the cache grows by one
         attn(x, cache=cache, positions=pos)  # the rotary angles of ``pos`` are kept, as below
 
-    by_hand = mhsa.KVCache()
+    by_hand = attn.new_cache()
     with torch.inference_mode():
         attn(torch.randn(1, n_cached, WIDTH), cache=by_hand)
 
     split, merge = split_heads, merge_heads  # what forward runs: einops rearrange
     projected = torch.randn(1, 1, (HEADS + 2 * KV_HEADS) * d)  # q, k and v of one token
 
-    def attend_by_hand():  # the steps of MultiHeadAttention.forward, without it
+    def attend_by_hand():  # the steps of GroupedQueryAttention.forward, without it
         heads = split(F.linear(x, torch.cat([attn.q_proj.weight, attn.k_proj.weight,
                                              attn.v_proj.weight])), HEADS + 2 * KV_HEADS)
         q_, k_, v_ = heads.split_with_sizes([HEADS, KV_HEADS, KV_HEADS], dim=1)
@@ -221,7 +221,7 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     parts = {
         "token embedding": (lambda: model.embed(tok), lambda: F.embedding(tok, bare.embed)),
         "RMSNorm": (lambda: layer.norm1(x), lambda: F.rms_norm(x, (WIDTH,), n1, bare.eps)),
-        "MultiHeadAttention, in all": (attend_cached, attend_bare),
+        "GroupedQueryAttention, in all": (attend_cached, attend_bare),
         "  the same steps by hand": (attend_by_hand, attend_bare),
         **attention_parts,
         "SwiGLU feed-forward": (
@@ -234,7 +234,7 @@ def step_breakdown(model, bare, clock, n_cached=PROMPT + NEW // 2):
     count = {"token embedding": 1, "RMSNorm": 2 * LAYERS + 1, "lm_head": 1}
     rows = [(name, ours * 1e6 * count.get(name, LAYERS), theirs * 1e6 * count.get(name, LAYERS))
             for name, (ours, theirs) in times.items()]
-    total = next(ours for name, ours, _ in rows if name == "MultiHeadAttention, in all")
+    total = next(ours for name, ours, _ in rows if name == "GroupedQueryAttention, in all")
     hand = next(ours for name, ours, _ in rows if name == "  the same steps by hand")
     at = [name for name, *_ in rows].index("  the same steps by hand") + 1
     rows.insert(at, ("  forward's own cost: checks, masks, calls", total - hand, 0.0))
@@ -245,7 +245,7 @@ def cache_bytes_per_token(num_kv_heads, n=PROMPT + 8):
     """KV-cache bytes per token measured from KVCache tensors, and the formula's value."""
     torch.manual_seed(0)
     model = mhsa.CausalLM(VOCAB, WIDTH, HEADS, FF, LAYERS, num_kv_heads=num_kv_heads).eval()
-    caches = [mhsa.KVCache(capacity=n) for _ in model.layers]  # nbytes: exactly n positions
+    caches = model.new_cache(capacity=n)  # nbytes: exactly n positions
     with torch.inference_mode():
         x = model.embed(torch.randint(VOCAB, (1, n)))
         for layer, cache in zip(model.layers, caches):
@@ -310,7 +310,7 @@ def main():
     for name, ours_us, bare_us in step_breakdown(ours, bare, clock):
         top = name.startswith(" ") or name in (
             "token embedding", "RMSNorm", "SwiGLU feed-forward", "lm_head",
-            "MultiHeadAttention, in all")
+            "GroupedQueryAttention, in all")
         label = name if top else f"    {name} (alone)"
         print(f"  {label:<46}{ours_us:>8.0f}{bare_us:>8.0f}")
 

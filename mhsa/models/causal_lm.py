@@ -18,7 +18,7 @@ from torch import nn
 
 from mhsa.core._checks import check_bool_mask, check_int, check_int_tensor, check_rank
 from mhsa.core._packing import matvec_layout
-from mhsa.core.rotary import check_positions
+from mhsa.core.rotary import RotaryAngles, check_positions
 from mhsa.interop.hf_llama import config_from_hf_llama, copy_hf_llama_weights
 from mhsa.layers.decoder_only import CausalLMLayer
 from mhsa.models import generation
@@ -107,6 +107,7 @@ class CausalLM(nn.Module):
         if tie_embeddings:
             self.lm_head.weight = self.embed.weight
         self._packed_lm_head = None  # lm_head's weight in matvec layout, see pack_projections
+        self._angle_table = None  # RotaryAngles of positions 0, 1, ..., see _rotary_angles
 
     def forward(self, ids: torch.Tensor, *, attn_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, cache: list | None = None,
@@ -158,7 +159,7 @@ class CausalLM(nn.Module):
                                  f"{ids.device}; build the mask on the same device")
         if positions is not None:
             check_positions(positions, n, ids.device, batch=b)
-        angles = self.layers[0].attn.rotary_angles(positions, start=n_cached, n=n)
+        angles = self._rotary_angles(positions, n_cached, n)  # once, for every layer
         x = self.embed(ids)  # [b, n, e]
         for k, layer in enumerate(self.layers):
             x = layer(x, attn_mask=attn_mask, positions=angles,
@@ -168,6 +169,26 @@ class CausalLM(nn.Module):
         if self._packed_lm_head is not None:
             return F.linear(self.norm(x), self._packed_lm_head)  # [b, n, vocab_size]
         return self.lm_head(self.norm(x))  # [b, n, vocab_size]
+
+    def _rotary_angles(self, positions, start: int, n: int):
+        """The layers' rotary angles for ``positions`` (default ``start .. start + n - 1``).
+
+        The default positions are read from a table of every position so far, kept between
+        calls and doubled when outgrown: a decoding step slices one row of it instead of
+        computing angles. None without rotary positions.
+        """
+        attn = self.layers[0].attn
+        if positions is not None or torch.compiler.is_compiling():
+            return attn.rotary_angles(positions, start=start, n=n)
+        table, weight = self._angle_table, self.embed.weight
+        if table is None or len(table.cos) < start + n or table.cos.dtype != weight.dtype \
+                or table.cos.device != weight.device:
+            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: autograd may
+                table = attn.rotary_angles(start=0, n=max(2 * (start + n), 64))  # save it
+            if table is None:
+                return None
+            self._angle_table = table
+        return RotaryAngles(table.cos[start:start + n], table.sin[start:start + n])
 
     def new_cache(self, *, capacity: int | None = None) -> list:
         """One empty cache per layer, from each attention module's ``new_cache``.
@@ -194,8 +215,8 @@ class CausalLM(nn.Module):
             self._packed_lm_head = matvec_layout(self.lm_head.weight) if packed else None
 
     def __getstate__(self):
-        """Copies and pickles never inherit a packed ``lm_head``."""
-        return {**self.__dict__, "_packed_lm_head": None}
+        """Copies and pickles never inherit a packed ``lm_head`` or the table of angles."""
+        return {**self.__dict__, "_packed_lm_head": None, "_angle_table": None}
 
     def generate(self, ids: torch.Tensor, max_new_tokens: int, *, attention_mask=None,
                  eos_token_id: int | None = None, temperature: float = 0.0,
