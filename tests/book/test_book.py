@@ -19,7 +19,8 @@ import yaml
 
 from mhsa.course.teaching import rounded_as_shown
 
-ROOT = Path(__file__).resolve().parents[2]
+from paths import ROOT
+
 _spec = importlib.util.spec_from_file_location("install_cell", ROOT / ".ci" / "install_cell.py")
 install_cell = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(install_cell)
