@@ -10,7 +10,10 @@ import references
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=40)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# Two threads at most; one per process when pytest-xdist runs several (`make check`), so that
+# the workers do not fight over the cores.
+torch.set_num_threads(1 if "PYTEST_XDIST_WORKER" in os.environ
+                      else max(1, min(2, torch.get_num_threads())))
 
 
 @pytest.fixture
