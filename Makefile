@@ -12,7 +12,7 @@ TORCH_VERSION := 2.13.0
 #     make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # - With an NVIDIA GPU, name the CUDA build that suits its driver, for example:
 #     make install TORCH_INDEX=https://download.pytorch.org/whl/cu126
-# The Colab check (tests/test_colab.py) installs torch from the same index.
+# The Colab check (tests/book/test_colab.py) installs torch from the same index.
 TORCH_INDEX ?=
 export TORCH_INDEX
 
