@@ -147,17 +147,6 @@ def test_every_glued_float_is_stored_at_the_precision_the_text_shows(path):
                 f"{name!r} is stored as {value!r}, with more digits than {fmt!r} shows")
 
 
-def test_rounded_as_shown_keeps_exactly_the_digits_a_format_shows():
-    assert rounded_as_shown(0.0969519, ".2f") == 0.1
-    assert rounded_as_shown(1.88217, ".1f") == 1.9
-    assert rounded_as_shown(8191.6, ",.0f") == 8192.0
-    assert rounded_as_shown(0.12345, ".1%") == 0.123
-    assert rounded_as_shown(1234.5, ".3g") == 1230.0
-    assert rounded_as_shown(-0.136, "+.2f") == -0.14
-    with pytest.raises(ValueError, match="float format"):
-        rounded_as_shown(1.5, ",d")
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_chapter_ends_with_three_exercises_with_hidden_solutions(path):
     text = "".join(

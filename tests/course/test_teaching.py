@@ -1,4 +1,4 @@
-"""The exercise self-checks: every registered answer, check(), its hints, and glue."""
+"""The exercise self-checks: every registered answer, check(), its hints, glue and rounded_as_shown."""
 
 import importlib
 import math
@@ -9,7 +9,7 @@ import torch
 
 import mhsa
 import mhsa.course.answers
-from mhsa.course.teaching import check, expected_answer
+from mhsa.course.teaching import check, expected_answer, rounded_as_shown
 
 from tolerances import worst_case
 
@@ -158,3 +158,14 @@ def test_glue_needs_the_format_the_text_shows_a_float_with():
         glue("word", "two", ",d")
     with pytest.raises(TypeError, match=r"number, bool or string, got list"):
         glue("heads", [1, 2])
+
+
+def test_rounded_as_shown_keeps_exactly_the_digits_a_format_shows():
+    assert rounded_as_shown(0.0969519, ".2f") == 0.1
+    assert rounded_as_shown(1.88217, ".1f") == 1.9
+    assert rounded_as_shown(8191.6, ",.0f") == 8192.0
+    assert rounded_as_shown(0.12345, ".1%") == 0.123
+    assert rounded_as_shown(1234.5, ".3g") == 1230.0
+    assert rounded_as_shown(-0.136, "+.2f") == -0.14
+    with pytest.raises(ValueError, match="float format"):
+        rounded_as_shown(1.5, ",d")
