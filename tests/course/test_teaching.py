@@ -59,7 +59,7 @@ DERIVED = {
 }
 
 
-# Chapter 8's answers are properties of the pretrained weights: tests/test_pretrained.py checks
+# Chapter 8's answers are properties of the pretrained weights: tests/models/test_pretrained.py checks
 # them against sentence-transformers and transformers' BertModel.
 FROM_THE_MODEL = {"08.1", "08.2", "08.3"}
 
