@@ -119,7 +119,8 @@ def rate_target(rounds, n=2048):
     mha = mhsa.MultiHeadAttention(EMBED_DIM, HEADS).eval()
     x = torch.randn(1, n, EMBED_DIM)
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    fns = {"matmul": lambda: a @ b, "fused": lambda: mha(x), "plain": lambda: plain_attention(mha, x)}
+    fns = {"matmul": lambda: a @ b, "fused": lambda: mha(x),
+           "plain": lambda: plain_attention(mha, x)}
     threads = torch.get_num_threads()
     with torch.inference_mode():
         for fn in fns.values():

@@ -1,4 +1,4 @@
-"""Shared test settings (seeded hypothesis, tiny sizes) and the fixtures over tests/references.py."""
+"""Shared test settings (seeded hypothesis, tiny sizes); fixtures over tests/references.py."""
 
 import os
 

@@ -20,7 +20,7 @@ from references import (
 from tolerances import worst_case
 
 E, H = 16, 4  # embed_dim, num_heads; head_dim 4
-# projection over 16, scores over head_dim 4, weighted values over at most 7 keys, projection over 16
+# projection over 16, scores over head_dim 4, weighted values over <= 7 keys, projection over 16
 TOL = worst_case(torch.float32, 16 + 4 + 7 + 16)
 
 

@@ -1,4 +1,4 @@
-"""The exercise self-checks: every registered answer, check(), its hints, glue and rounded_as_shown."""
+"""The exercise self-checks: every registered answer, check() and its hints, glue, rounding."""
 
 import importlib
 import math
@@ -59,8 +59,8 @@ DERIVED = {
 }
 
 
-# Chapter 8's answers are properties of the pretrained weights: tests/models/test_pretrained.py checks
-# them against sentence-transformers and transformers' BertModel.
+# Chapter 8's answers are properties of the pretrained weights: tests/models/test_pretrained.py
+# checks them against sentence-transformers and transformers' BertModel.
 FROM_THE_MODEL = {"08.1", "08.2", "08.3"}
 
 
