@@ -1,4 +1,5 @@
 # Two targets for readers: `make book` (install + build the book), `make test` (all tests).
+# Contributors: `make check` while editing the package (README.md, "Contributing").
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +12,7 @@ TORCH_VERSION := 2.13.0
 #     make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # - With an NVIDIA GPU, name the CUDA build that suits its driver, for example:
 #     make install TORCH_INDEX=https://download.pytorch.org/whl/cu126
-# The Colab check (tests/test_colab.py) installs torch from the same index.
+# The Colab check (tests/book/test_colab.py) installs torch from the same index.
 TORCH_INDEX ?=
 export TORCH_INDEX
 
@@ -20,7 +21,7 @@ export TORCH_INDEX
 # sums run in other orders and the last float digits move. The stored outputs must survive it.
 PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
 
-.PHONY: install book test portable notebooks clean
+.PHONY: install book test check portable notebooks clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +39,9 @@ book: install
 test: install  # everything, then nbval once more as another CPU would run it
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory portable
+
+check: install  # the package's tests on every core (about 2 min on 2): no book checks, no chapters
+	$(PY) -m pytest tests --ignore=tests/book -n auto $(PYTEST_ARGS)
 
 portable: install  # nbval over the chapters with the float paths perturbed (NB=... for some)
 	$(PERTURBED) $(PY) -m pytest $(or $(NB),chapters)

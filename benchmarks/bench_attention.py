@@ -24,17 +24,22 @@ show how finely this machine resolves it), plus the ratio of the minima:
 """
 
 import argparse
-import math
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # references, tolerances
 
 import torch
-import torch.nn.functional as F
 
 from mhsa import MultiHeadAttention
 from mhsa.course.measure import interleaved_times
+
+from references import plain_attention, plain_explicit_attention
+from tolerances import worst_case
 
 SIZES = [(8, 128, 256, 8), (4, 512, 256, 8), (1, 2048, 256, 8)]  # batch, tokens, e, heads
 # call order within a round; each compared pair is adjacent (odd rounds run it backwards)
@@ -48,29 +53,6 @@ TARGETS = {"ours fused / plain fused": 1.05, "ours explicit / plain explicit": 1
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def split(m, x, proj):
-    """Plain torch head split: ``[b, n, h*d] -> [b, h, n, d]`` with view and transpose."""
-    b, n, _ = x.shape
-    return proj(x).view(b, n, m.num_heads, m.head_dim).transpose(1, 2)
-
-
-def merge(m, out):
-    """Plain torch head merge: ``[b, h, n, d] -> [b, n, h*d]``."""
-    b, _, n, _ = out.shape
-    return m.out_proj(out.transpose(1, 2).reshape(b, n, m.qkv_dim))
-
-
-def plain_fused(m, x):
-    q, k, v = split(m, x, m.q_proj), split(m, x, m.k_proj), split(m, x, m.v_proj)
-    return merge(m, F.scaled_dot_product_attention(q, k, v))
-
-
-def plain_explicit(m, x):
-    q, k, v = split(m, x, m.q_proj), split(m, x, m.k_proj), split(m, x, m.v_proj)
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(m.head_dim), dim=-1)
-    return merge(m, weights @ v), weights
-
-
 def implementations(batch, tokens, embed_dim, heads):
     torch.manual_seed(0)
     ours = MultiHeadAttention(embed_dim, heads).eval()
@@ -80,18 +62,24 @@ def implementations(batch, tokens, embed_dim, heads):
         "ours fused": lambda: ours(x),
         "ours explicit": lambda: ours(x, need_weights=True),
         "torch MHA": lambda: theirs(x, x, x, need_weights=False),
-        "plain fused": lambda: plain_fused(ours, x),
-        "plain explicit": lambda: plain_explicit(ours, x),
+        "plain fused": lambda: plain_attention(ours, x),
+        "plain explicit": lambda: plain_explicit_attention(ours, x),
     }
 
 
-def check_agreement(x, impls):
-    """The five compute the same output (float32); a benchmark of wrong code is worthless."""
+def check_agreement(x, impls, heads):
+    """The five compute the same output (float32); a benchmark of wrong code is worthless.
+
+    Tolerance from tests/tolerances.py: projection over e, scores over d, weighted values
+    over n keys, output projection over e.
+    """
+    n, e = x.shape[-2:]
+    tol = worst_case(torch.float32, e + e // heads + n + e)
     ref = impls["plain fused"]()
     for name, fn in impls.items():
         out = fn()
         out = out[0] if isinstance(out, tuple) else out
-        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=name)
+        torch.testing.assert_close(out, ref, **tol, msg=name)
 
 
 def time_size(size, repeats, warmup, clock):
@@ -103,7 +91,7 @@ def time_size(size, repeats, warmup, clock):
     """
     x, impls = implementations(*size)
     with torch.inference_mode():
-        check_agreement(x, impls)
+        check_agreement(x, impls, size[-1])
         for _ in range(warmup):
             for fn in impls.values():
                 fn()

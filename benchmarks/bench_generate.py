@@ -30,7 +30,11 @@ a shared machine; with one thread it counts the work each generator does.
 import argparse
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # references, tolerances
 
 import torch
 import torch.nn.functional as F
@@ -39,28 +43,11 @@ import mhsa
 from mhsa.core.heads import merge_heads, split_heads
 from mhsa.course.measure import interleaved_times
 
+from references import hf_llama
+
 LAYERS, WIDTH, HEADS, KV_HEADS, FF, VOCAB = 4, 256, 8, 2, 688, 1000
 PROMPT, NEW = 16, 128
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-def transformers_llama(num_kv_heads=KV_HEADS, seed=0):
-    """A random transformers ``LlamaForCausalLM`` of the benchmark's size, eval mode."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=FF,
-                         num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                         num_key_value_heads=num_kv_heads, max_position_embeddings=256,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # spread-out weights: greedy tokens do not hinge on rounding
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(0.5, 1.5)
-            else:
-                p.normal_(0.0, 1.0 if "embed" in name else p.shape[1] ** -0.5)
-    return model
 
 
 class BareLoop:
@@ -272,7 +259,8 @@ def main():
     print(f"model: {LAYERS} layers, width {WIDTH}, {HEADS} query heads, {KV_HEADS} KV heads, "
           f"SwiGLU {FF}, vocab {VOCAB}; batch 1, prompt {PROMPT}, {NEW} new tokens, float32\n")
 
-    theirs = transformers_llama()
+    theirs = hf_llama(vocab=VOCAB, hidden=WIDTH, intermediate=FF, layers=LAYERS, heads=HEADS,
+                      kv_heads=KV_HEADS)
     ours, bare = mhsa.CausalLM.from_hf_llama(theirs), BareLoop(theirs)
     ids = torch.randint(VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)

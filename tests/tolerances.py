@@ -31,3 +31,19 @@ def random_walk(dtype: torch.dtype, n_terms: int) -> dict:
     """``{"atol", "rtol"}``: ``sqrt(n_terms) * eps(dtype)``, for long chains of sums."""
     tol = math.sqrt(n_terms) * torch.finfo(dtype).eps
     return {"atol": tol, "rtol": tol}
+
+
+def rounded_to(decimals: int) -> dict:
+    """``{"atol", "rtol"}`` for a float32 value stored rounded to ``decimals`` decimals: half a
+    unit of the last one, absolute (3 decimals: 5e-4), plus float32's rounding of what is read
+    back, relative."""
+    return {"atol": 0.5 * 10.0**-decimals, "rtol": torch.finfo(torch.float32).eps}
+
+
+# Bounds that mhsa's docstrings promise, stated once: a test of a promise checks the number
+# the reader was given, not one derived here.
+# MultiHeadAttention's fused path equals its explicit path, a layer copied ``from_torch``
+# equals torch's, CausalLM's cached decoding equals its full pass: "float32, 1e-5".
+DOCUMENTED_FLOAT32 = {"atol": 1e-5, "rtol": 1e-5}
+# CausalLM.from_hf_llama: "logits equal the model's (float32: within 1e-4)".
+DOCUMENTED_HF_LLAMA = {"atol": 1e-4, "rtol": 1e-4}

@@ -31,9 +31,10 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 import yaml
 
+from paths import ROOT
+
 pytestmark = pytest.mark.book  # needs the built book, and builds it when it is missing
 
-ROOT = Path(__file__).resolve().parents[2]
 HTML = Path(os.environ.get("MHSA_BOOK_HTML", ROOT / "_build" / "html")).resolve()
 BOOK = HTML.parents[1]  # the book's sources: _config.yml, _toc.yml, chapters/
 SCREENSHOTS = HTML.parent / "screenshots"

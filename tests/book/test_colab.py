@@ -26,7 +26,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[2]
+from paths import ROOT
+
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 KERNEL = "mhsa-bare"
 PIP = ["-m", "pip", "--disable-pip-version-check"]

@@ -10,7 +10,6 @@ import importlib
 import inspect
 import pkgutil
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -19,7 +18,7 @@ from sphinx.ext.napoleon.docstring import GoogleDocstring
 
 import mhsa
 
-ROOT = Path(__file__).resolve().parents[2]
+from paths import ROOT
 
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 # what may follow ":param", ".. attribute::" ...: a name, *args / **kwargs (escaped or not), or several

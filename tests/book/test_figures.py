@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-FIGURES = Path(__file__).resolve().parents[2] / "chapters" / "figures"
+from paths import ROOT
+
+FIGURES = ROOT / "chapters" / "figures"
 SCRIPTS = sorted(FIGURES.glob("make_*.py"))
 
 

@@ -14,7 +14,8 @@ import pytest
 
 import mhsa
 
-ROOT = Path(__file__).resolve().parents[2]
+from paths import ROOT
+
 API_PAGE = ROOT / "chapters" / "api.md"
 
 

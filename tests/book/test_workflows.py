@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from paths import ROOT
+
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 
 

@@ -39,7 +39,7 @@ def test_matches_torch_without_mask(seed, lead):
 def test_matches_torch_with_bool_mask(mask_shape):
     q, k, v = qkv(2, 3)
     mask = torch.rand(mask_shape, generator=torch.Generator().manual_seed(3)) > 0.3
-    mask[..., 0] = True  # fully masked rows are tested apart (tests/test_masking.py)
+    mask[..., 0] = True  # fully masked rows are tested apart (tests/core/test_masks.py)
     out, weights = mhsa.scaled_dot_product_attention(q, k, v, mask)
     full = mask.expand(2, 3, 5, 7)  # torch needs at least [n_q, n_k]
     assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=full), **TOL)

@@ -13,11 +13,12 @@ import torch
 import torch.nn.functional as F
 
 import mhsa
-from mhsa import KVCache, MultiHeadAttention
+from mhsa import KVCache
 from mhsa.course.measure import (
     peak_memory_supported,
 )
 
+from references import small_mha
 from tolerances import worst_case
 
 # float32. An output entry of MultiHeadAttention(16, 4) ends a chain of sums: projection over
@@ -39,21 +40,16 @@ def sdpa_calls(monkeypatch):
     return calls
 
 
-def make_mha(seed=0):
-    torch.manual_seed(seed)
-    return MultiHeadAttention(16, 4).eval()
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_square_causal_runs_torchs_is_causal_without_a_mask_and_matches_explicit(sdpa_calls, seed):
-    mha, x = make_mha(seed), torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(seed))
+    mha, x = small_mha(seed), torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(seed))
     fused, _ = mha(x, is_causal=True)
     assert sdpa_calls == [{"n_q": 6, "n_k": 6, "dropout_p": 0.0, "is_causal": True}]
     torch.testing.assert_close(fused, mha(x, is_causal=True, need_weights=True)[0], **TOL32)
 
 
 def test_one_cached_query_runs_without_any_mask(sdpa_calls):
-    mha, x, cache = make_mha(), torch.randn(1, 5, 16), KVCache()
+    mha, x, cache = small_mha(), torch.randn(1, 5, 16), KVCache()
     mha(x[:, :4], cache=cache)
     mha(x[:, 4:], cache=cache)
     assert sdpa_calls[1] == {"n_q": 1, "n_k": 5, "dropout_p": 0.0}
@@ -61,7 +57,7 @@ def test_one_cached_query_runs_without_any_mask(sdpa_calls):
 
 @pytest.mark.parametrize("n_q, n_k", [(3, 7), (7, 3)], ids=["fewer_queries", "more_queries"])
 def test_rectangular_causal_is_aligned_bottom_right_with_an_explicit_mask(sdpa_calls, n_q, n_k):
-    mha, g = make_mha(), torch.Generator().manual_seed(0)
+    mha, g = small_mha(), torch.Generator().manual_seed(0)
     query, memory = torch.randn(2, n_q, 16, generator=g), torch.randn(2, n_k, 16, generator=g)
     fused, _ = mha(query, memory, is_causal=True)
     explicit, _ = mha(query, memory, is_causal=True, need_weights=True)
@@ -112,7 +108,7 @@ def compile_unavailable() -> str:
 def test_torch_compile_fullgraph_gives_the_same_output():
     # fullgraph=True raises at the first graph break, so compiling at all shows there is none.
     torch._dynamo.reset()
-    mha = make_mha(3)
+    mha = small_mha(3)
     g = torch.Generator().manual_seed(3)
     x, keep = torch.randn(2, 5, 16, generator=g), mhsa.padding_mask(torch.tensor([5, 3]), 5)
     compiled = torch.compile(mha, fullgraph=True)

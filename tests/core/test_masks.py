@@ -14,6 +14,7 @@ from torch.testing import assert_close
 import mhsa
 from mhsa import causal_mask, padding_mask
 
+from references import torch_mha
 from tolerances import worst_case
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -384,11 +385,7 @@ def test_converter_errors():
 
 
 def torch_mha_and_ours(seed=0):
-    torch.manual_seed(seed)
-    theirs = torch.nn.MultiheadAttention(E, H, batch_first=True).eval()
-    with torch.no_grad():
-        theirs.out_proj.bias.copy_(randn(E, seed=seed + 1))
-        theirs.in_proj_bias.copy_(randn(3 * E, seed=seed + 2))
+    theirs = torch_mha(E, H, seed=seed)
     return theirs, mhsa.MultiHeadAttention.from_torch(theirs)
 
 

@@ -11,6 +11,8 @@ import torch
 
 from mhsa.course.plotting import head_view, plot_attention, plot_heads
 
+from tolerances import rounded_to
+
 matplotlib.use("Agg")
 
 
@@ -75,7 +77,7 @@ def test_head_view_embeds_every_layer_and_head_and_one_menu_each():
     weights = torch.rand(2, 3, 4, 5).softmax(dim=-1)  # [layers, heads, n_q, n_k]
     view = head_view(weights, list("abcd"), list("vwxyz"), title="cross", layer=1, head=2, row=3)
     data = view_data(view)
-    assert torch.allclose(torch.tensor(data["weights"]), weights, atol=5e-4)  # 3 decimals
+    assert torch.allclose(torch.tensor(data["weights"]), weights, **rounded_to(3))  # 3 decimals
     assert (data["queries"], data["keys"]) == (list("abcd"), list("vwxyz"))
     assert (data["layer"], data["head"], data["row"]) == (1, 2, 3)
     assert re.findall(r'<option value="\d+"( selected)?>(layer \d)', view.html) == [
@@ -83,8 +85,8 @@ def test_head_view_embeds_every_layer_and_head_and_one_menu_each():
     assert len(re.findall(r"<option value=\"\d+\"[^>]*>head \d", view.html)) == 3
     assert view.figure.layout.title.text == "cross: layer 2, head 2"
     heatmap, bars = view.figure.data
-    assert torch.allclose(torch.tensor(heatmap.z), weights[1, 2], atol=5e-4)
-    assert torch.allclose(torch.tensor(bars.y), weights[1, 2, 3], atol=5e-4)
+    assert torch.allclose(torch.tensor(heatmap.z), weights[1, 2], **rounded_to(3))
+    assert torch.allclose(torch.tensor(bars.y), weights[1, 2, 3], **rounded_to(3))
     assert view._repr_html_() == view.html
     assert re.search(r"\d\.\d{4}", json.dumps(data["weights"])) is None  # 3 decimals, no more
     assert "<script src" not in view.html and "cdn" not in view.html.lower()  # the book serves plotly.js

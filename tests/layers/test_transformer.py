@@ -1,4 +1,7 @@
-"""Encoder and decoder layers: equal to torch's with copied weights, causal, padding-invariant."""
+"""Encoder and decoder layers: equal to torch's with copied weights, causal, padding-invariant.
+
+What `from_torch` carries over and refuses: tests/interop/test_torch_nn.py.
+"""
 
 import pytest
 import torch
@@ -84,16 +87,6 @@ def test_decoder_layer_matches_torch_with_copied_weights(norm_first, activation,
     with mhsa.record_attention(ours):
         torch.testing.assert_close(ours(x, memory, self_attn_mask=tgt_mask, memory_mask=src_mask),
                                    expected, **TOL)
-
-
-def test_from_torch_copies_hyper_parameters_and_training_mode():
-    theirs = nn.TransformerDecoderLayer(E, H, FF, dropout=0.2, activation="gelu",
-                                        norm_first=True, layer_norm_eps=1e-6, batch_first=True)
-    ours = mhsa.DecoderLayer.from_torch(theirs)
-    assert ours.training and ours.norm_first
-    assert ours.feed_forward.activation_name == "gelu"
-    assert ours.norm3.eps == 1e-6 and ours.dropout2.p == 0.2 and ours.cross_attn.dropout == 0.2
-    assert mhsa.DecoderLayer.from_torch(theirs.eval()).training is False
 
 
 def test_feed_forward_is_two_linears_around_the_activation():
@@ -205,26 +198,6 @@ def test_bad_sizes_and_dropout_are_refused():
         mhsa.EncoderLayer(E, H, 0)
     with pytest.raises(ValueError, match=r"`dropout` must be in \[0, 1\), got 1.5"):
         mhsa.EncoderLayer(E, H, FF, dropout=1.5)
-
-
-def test_from_torch_refuses_batch_first_false_and_other_types():
-    layer = nn.TransformerEncoderLayer(E, H, FF)
-    with pytest.raises(ValueError, match="batch_first=False"):
-        mhsa.EncoderLayer.from_torch(layer)
-    with pytest.raises(ValueError, match="batch_first=False"):
-        mhsa.DecoderLayer.from_torch(nn.TransformerDecoderLayer(E, H, FF))
-    with pytest.raises(TypeError, match="must be a torch.nn.TransformerDecoderLayer, got "
-                                        "TransformerEncoderLayer"):
-        mhsa.DecoderLayer.from_torch(nn.TransformerEncoderLayer(E, H, FF, batch_first=True))
-
-
-def test_from_torch_refuses_unsupported_activation_and_no_bias():
-    layer = nn.TransformerEncoderLayer(E, H, FF, activation=torch.tanh, batch_first=True)
-    with pytest.raises(ValueError, match="only relu and exact gelu"):
-        mhsa.EncoderLayer.from_torch(layer)
-    layer = nn.TransformerEncoderLayer(E, H, FF, batch_first=True, bias=False)
-    with pytest.raises(ValueError, match="bias=False"):
-        mhsa.EncoderLayer.from_torch(layer)
 
 
 def test_bad_inputs_name_the_argument():

@@ -9,6 +9,7 @@ from torch import nn
 
 import mhsa
 
+from references import encoder_decoder
 from tolerances import worst_case
 
 E, H, FF = 16, 4, 32
@@ -98,9 +99,7 @@ def test_stacks_match_torch_encoder_and_decoder(norm_first):
 
 
 def small_model(seed=0, num_layers=2, **kw):
-    torch.manual_seed(seed)
-    args = {"dropout": 0.0, "pad_id": PAD, **kw}
-    return mhsa.EncoderDecoder(13, 13, E, H, FF, num_layers, **args).eval()
+    return encoder_decoder(seed, embed_dim=E, num_heads=H, ff_dim=FF, num_layers=num_layers, **kw)
 
 
 def test_forward_returns_logits_and_ignores_source_padding():

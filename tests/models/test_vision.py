@@ -13,6 +13,7 @@ from einops import rearrange
 import mhsa
 from mhsa import VisionTransformer, patchify, unpatchify
 
+from references import plain_explicit_attention
 from tolerances import worst_case
 
 # make_model: width 16, head_dim 4, 7 tokens (6 patches and the class token), feed-forward 32,
@@ -98,9 +99,7 @@ def test_first_layer_weights_match_attention_computed_by_hand():
                    model.patch_embed(patchify(images, model.patch_size))], 1) + model.pos_embed
     layer = model.encoder.layers[0]
     x = layer.norm1(z)  # pre-norm: attention reads the normalized tokens
-    attn = layer.self_attn
-    q, k = (rearrange(proj(x), "b n (h d) -> b h n d", h=4) for proj in (attn.q_proj, attn.k_proj))
-    expected = torch.softmax(q @ k.transpose(-2, -1) / attn.head_dim ** 0.5, dim=-1)
+    _, expected = plain_explicit_attention(layer.self_attn, x)
     torch.testing.assert_close(model.attention_weights(images)[0], expected)
 
 
