@@ -77,7 +77,7 @@ def plain_explicit_attention(mha, query, key=None, value=None, *, attn_mask=None
 def decode_in_chunks(module, x, sizes, **kwargs):
     """Feed ``x`` [b, n, e] to ``module`` in consecutive chunks of ``sizes`` with one cache:
     ``(outputs [b, n, e], cache)``. The sizes must add up to n."""
-    cache, outputs, start = KVCache(), [], 0
+    cache, outputs, start = module.new_cache(), [], 0
     for size in sizes:
         outputs.append(module(x[:, start:start + size], cache=cache, **kwargs)[0])
         start += size

@@ -49,7 +49,7 @@ def test_plain_attention_equals_torch_multihead_attention(n_k, masked):
 
 @pytest.mark.parametrize("use_cache", [False, True])
 def test_kv_caches_made_by_sees_every_cache_a_module_makes(kv_caches_made_by, use_cache):
-    made = kv_caches_made_by(mhsa.models.encoder_decoder)
+    made = kv_caches_made_by(mhsa.attention.base)  # where MultiHeadAttention.new_cache makes them
     model = encoder_decoder(num_layers=2)
     src = torch.randint(3, 13, (2, 5), generator=torch.Generator().manual_seed(3))
     model.greedy_decode(src, bos_id=1, eos_id=2, max_len=4, use_cache=use_cache)

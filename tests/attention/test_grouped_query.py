@@ -13,10 +13,11 @@ import pickle
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import mhsa
 from mhsa import GroupedQueryAttention, KVCache, MultiHeadAttention
+
+from references import decode_in_chunks, plain_attention
 
 TOL32 = {"atol": 1e-5, "rtol": 1e-5}
 TOL64 = {"atol": 1e-12, "rtol": 1e-12}
@@ -35,29 +36,10 @@ def make(num_kv_heads, seed=0, dtype=torch.float32, **kw):
 
 
 def reference(mha, x, *, attn_mask=None, is_causal=True, positions=None):
-    """Plain torch: linear, view/transpose, F.scaled_dot_product_attention(enable_gqa=True)."""
-    b, n, _ = x.shape
-    d = mha.head_dim
-    q = F.linear(x, mha.q_proj.weight, mha.q_proj.bias).view(b, n, -1, d).transpose(1, 2)
-    k = F.linear(x, mha.k_proj.weight, mha.k_proj.bias).view(b, n, -1, d).transpose(1, 2)
-    v = F.linear(x, mha.v_proj.weight, mha.v_proj.bias).view(b, n, -1, d).transpose(1, 2)
-    if mha.rope_base is not None:
-        positions = torch.arange(n) if positions is None else positions
-        q = mhsa.apply_rotary(q, positions, base=mha.rope_base)
-        k = mhsa.apply_rotary(k, positions, base=mha.rope_base)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                         enable_gqa=True)
-    return F.linear(out.transpose(1, 2).reshape(b, n, -1), mha.out_proj.weight,
-                    mha.out_proj.bias)
-
-
-def decode_in_chunks(mha, x, sizes, **kw):
-    cache, outputs, start = mha.new_cache(), [], 0
-    for size in sizes:
-        outputs.append(mha(x[:, start:start + size], cache=cache, **kw)[0])
-        start += size
-    assert start == x.shape[1] and len(cache) == x.shape[1]
-    return torch.cat(outputs, dim=1), cache
+    """Plain torch (:func:`references.plain_attention`): linear, view/transpose, rotary
+    positions, F.scaled_dot_product_attention(enable_gqa=True)."""
+    return plain_attention(mha, x, attn_mask=attn_mask, is_causal=is_causal,
+                           rope_base=mha.rope_base, positions=positions)
 
 
 def test_projection_widths_and_repr():

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 import mhsa
-from mhsa import DecoderLayer, EncoderDecoder, KVCache, MultiHeadAttention
+from mhsa import DecoderLayer, EncoderDecoder, KVCache
 
+import references
+from references import small_mha
 from tolerances import worst_case
 
 # One attention: projection over embed_dim 16, scores over head_dim <= 8, weighted values over
@@ -26,19 +28,13 @@ MODEL_TOL32 = worst_case(torch.float32, 2 * (2 * (32 + 8 + 8 + 32) + 32 + 64 + 3
 SEEDS = [0, 1, 2]
 
 
-def make_mha(seed, embed_dim=16, num_heads=4, dtype=torch.float32):
-    torch.manual_seed(seed)
-    return MultiHeadAttention(embed_dim, num_heads, dtype=dtype).eval()
+def make_mha(seed, dtype=torch.float32):
+    return small_mha(seed, dtype=dtype)
 
 
 def decode_in_chunks(module, x, sizes, **kwargs):
-    """Feed ``x`` [b, n, e] to ``module`` in consecutive chunks of ``sizes`` with one cache."""
-    cache, outputs, start = KVCache(), [], 0
-    for size in sizes:
-        outputs.append(module(x[:, start:start + size], cache=cache, **kwargs)[0])
-        start += size
-    assert start == x.shape[1] and len(cache) == x.shape[1]
-    return torch.cat(outputs, dim=1)
+    """The outputs of :func:`references.decode_in_chunks` (one cache, chunks of ``sizes``)."""
+    return references.decode_in_chunks(module, x, sizes, **kwargs)[0]
 
 
 # -- KVCache on its own ---------------------------------------------------------------------
@@ -376,15 +372,8 @@ def test_greedy_decode_masks_a_generated_pad_like_decode_does():
     assert torch.equal(model.greedy_decode(src, bos_id=1, eos_id=-1, max_len=10), cached)
 
 
-def test_greedy_decode_allocates_each_cache_once_for_max_len_positions(monkeypatch):
-    made = []
-
-    class Recorded(KVCache):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            made.append(self)
-
-    monkeypatch.setattr(mhsa.attention.base, "KVCache", Recorded)
+def test_greedy_decode_allocates_each_cache_once_for_max_len_positions(kv_caches_made_by):
+    made = kv_caches_made_by(mhsa.attention.base)  # MultiHeadAttention.new_cache makes them
     model = make_model(4)
     src = torch.randint(3, 13, (3, 6), generator=torch.Generator().manual_seed(4))
     out = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=9, use_cache=True)

@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mhsa
-from mhsa import CausalLM, KVCache, SwiGLU
+from mhsa import CausalLM, SwiGLU
 
+from references import hf_llama, spread_weights_
 from tolerances import random_walk
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
@@ -32,42 +33,10 @@ VOCAB = 97
 AUTOCAST_TOL = random_walk(torch.bfloat16, 33)
 
 
-def hf_model(kind="llama", *, heads=4, kv_heads=2, head_dim=None, theta=10000.0, window=None,
-             tie=False, hidden=32, layers=2, seed=0):
-    """A tiny random transformers Llama or Mistral, eval mode, with spread-out weights.
-
-    Weights are redrawn with unit-variance activations (transformers' 0.02 init gives
-    near-uniform logits, where greedy argmax would hinge on rounding), and every RMSNorm
-    weight is drawn in [0.5, 1.5] so that no norm is the identity.
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
-
-    kw = {"vocab_size": VOCAB, "hidden_size": hidden, "intermediate_size": 48,
-          "num_hidden_layers": layers, "num_attention_heads": heads,
-          "num_key_value_heads": kv_heads, "head_dim": head_dim, "rms_norm_eps": 1e-5,
-          "rope_parameters": {"rope_type": "default", "rope_theta": theta},
-          "tie_word_embeddings": tie, "bos_token_id": None, "eos_token_id": None,
-          "pad_token_id": None}
-    if kind == "llama":  # a sliding_window key, which transformers' Llama ignores
-        extra = {} if window is None else {"sliding_window": window}
-        config, cls = LlamaConfig(**kw, **extra), LlamaForCausalLM
-    else:
-        extra = {} if window == "default" else {"sliding_window": window}
-        config, cls = MistralConfig(**kw, **extra), MistralForCausalLM
-    torch.manual_seed(seed)
-    return spread_weights_(cls(config).eval())
-
-
-@torch.no_grad()
-def spread_weights_(model):
-    """``model`` with spread-out weights, in place (see :func:`hf_model`): norms in [0.5, 1.5],
-    embeddings N(0, 1), other matrices N(0, 1 / fan_in)."""
-    for name, p in model.named_parameters():
-        if "norm" in name:
-            p.uniform_(0.5, 1.5)
-        elif p.dim() == 2:
-            p.normal_(0.0, 1.0 if "embed" in name else p.shape[1] ** -0.5)
-    return model
+def hf_model(kind="llama", **kw):
+    """A tiny random transformers Llama or Mistral with spread-out weights (see
+    :func:`references.hf_llama`), vocabulary VOCAB."""
+    return hf_llama(kind, vocab=VOCAB, **kw)
 
 
 CASES = {  # name: hf_model keyword arguments
@@ -449,18 +418,11 @@ def test_bfloat16_cached_and_uncached_tokens_diverge_as_documented():
 
 
 @pytest.mark.parametrize("window, capacity", [(None, 5 + 20 - 1), (3, 2 * 3)])
-def test_generate_allocates_each_cache_once(monkeypatch, window, capacity):
+def test_generate_allocates_each_cache_once(kv_caches_made_by, window, capacity):
     """Prompt 5, 20 new tokens: the caches hold the 24 positions read (the last new token
     is never read), or with window 3 twice its span, reused; nbytes = 2 * b * g * capacity
     * d * 4 after the call: no buffer was replaced."""
-    made = []
-
-    class Recorded(KVCache):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            made.append(self)
-
-    monkeypatch.setattr(mhsa.attention.grouped_query, "KVCache", Recorded)
+    made = kv_caches_made_by(mhsa.attention.grouped_query)  # its new_cache makes them
     model = small_model(2, window, seed=15)
     ids = torch.randint(VOCAB, (3, 5), generator=torch.Generator().manual_seed(15))
     out = model.generate(ids, 20)
@@ -468,5 +430,4 @@ def test_generate_allocates_each_cache_once(monkeypatch, window, capacity):
     for cache in made:
         assert len(cache) == 24 and cache.nbytes == 2 * 3 * 2 * capacity * 8 * 4
         assert cache.key.untyped_storage().nbytes() == 3 * 2 * capacity * 8 * 4  # the key buffer
-    monkeypatch.undo()
     assert torch.equal(out, model.generate(ids, 20, use_cache=False))

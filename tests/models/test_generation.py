@@ -8,7 +8,7 @@ of a softmax over 97 logits (1e-6).
 
 import pytest
 import torch
-from test_causal_lm import VOCAB, hf_model
+from test_causal_lm import VOCAB, hf_model  # tiny transformers Llama/Mistral oracles
 
 import mhsa
 from mhsa import CausalLM
