@@ -73,7 +73,7 @@ class TinyAttentionModel(nn.Module):
 
     ``logits = readout(attention(embedding(ids) + positions))``: no residual, no feed-forward
     layer, so everything a position knows about other tokens comes through the attention
-    heads. The readout gives two predictions per position (:data:`JOBS`), ``V`` logits each.
+    heads. The readout gives two predictions per position (``JOBS``), ``V`` logits each.
     The parameter count does not depend on ``num_heads``.
 
     Args:
@@ -83,11 +83,12 @@ class TinyAttentionModel(nn.Module):
         num_heads: heads of the attention layer; must divide ``embed_dim``.
 
     Attributes:
-        embedding (nn.Embedding): ``[V, e]``, one row per symbol.
-        positions (nn.Embedding): ``[n, e]``, one row per position, added to the tokens.
-        attention (MultiHeadAttention): ``MultiHeadAttention(embed_dim, num_heads)``, called
-            with ``is_causal=True``.
-        readout (nn.Linear): ``e -> 2 * V``.
+        embedding: ``nn.Embedding``, ``[V, e]``, one row per symbol.
+        positions: ``nn.Embedding``, ``[n, e]``, one row per position, added to the tokens.
+        attention: a :class:`mhsa.MultiHeadAttention` ``(embed_dim, num_heads)``, called with
+            ``is_causal=True``.
+        readout: ``nn.Linear``, ``e -> 2 * V``.
+        n_symbols: ``V``.
 
     Raises:
         TypeError: a size is not an int.
