@@ -179,7 +179,7 @@ class Accuracy(NamedTuple):
     previous: float  # the previous token named right
 
 
-def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> Accuracy:
+def accuracy(logits: torch.Tensor, targets: torch.Tensor):
     """How often the most likely symbol is the target, over positions that have targets.
 
     Args:
@@ -187,7 +187,8 @@ def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> Accuracy:
         targets: ``[b, n, 2]`` int64, as returned by :func:`first_and_previous`.
 
     Returns:
-        An :class:`Accuracy`: ``both``, ``first`` and ``previous``.
+        An ``Accuracy``, a named tuple of three Python floats: ``both``, ``first`` and
+        ``previous``.
 
     Raises:
         ValueError: the shapes do not match, or no position has targets.
