@@ -50,6 +50,9 @@ def taught_names() -> dict:
                     if not name.startswith("mhsa.") or ".answers" in name:
                         continue
                     obj = resolve(name)
+                    owner = resolve(name.rsplit(".", 1)[0])
+                    if inspect.isclass(owner) and not name.startswith("mhsa.course"):
+                        continue  # a method or attribute: documented with its class's :members:
                     if inspect.isfunction(obj) or inspect.isclass(obj):
                         taught[name] = obj
     for name in ALSO_TAUGHT:
