@@ -7,8 +7,11 @@ cannot drift from the code. A module may also list, in a ``HINTS`` dict, common 
 answers with a hint that ``check`` prints when the reader gives one of them.
 """
 
+import ast
 import importlib
+import inspect
 import math
+import textwrap
 
 DEFAULT_TOLERANCE = 1e-2  # absolute; an answers module's TOLERANCES may set another per exercise
 
@@ -163,3 +166,35 @@ def rounded_as_shown(value: float, fmt: str) -> float:
     if number.endswith("%"):  # 12.3% is 0.123; 15 digits drop the division's last bit
         return float(f"{float(number[:-1]) / 100:.15g}")
     return float(number)
+
+
+def source_code(function) -> str:
+    """The source of ``function`` (a function or method) without its docstring or comment lines.
+
+    What a chapter prints to show code as it stands in the package; the docstring is on the
+    API page. The lines keep their order and indentation (the ``def`` line's dedented to 0).
+
+    Args:
+        function: a Python function or method defined in a source file.
+
+    Returns:
+        the code, lines joined with newlines.
+
+    Raises:
+        TypeError: ``function`` is not a Python function or method (see ``inspect.getsource``).
+
+    Source: the standard library's ``inspect.getsource`` and ``ast`` (docstring positions).
+    """
+    if not (inspect.isfunction(function) or inspect.ismethod(function)):
+        raise TypeError(f"`function` must be a Python function or method, got "
+                        f"{type(function).__name__}")
+    lines = textwrap.dedent(inspect.getsource(function)).splitlines()
+    node = ast.parse("\n".join(lines)).body[0]
+    first = node.body[0]
+    skip = set()
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+            and isinstance(first.value.value, str):
+        skip = set(range(first.lineno - 1, first.end_lineno))
+    kept = [line for k, line in enumerate(lines)
+            if k not in skip and not line.strip().startswith("#")]
+    return "\n".join(kept)
