@@ -4,7 +4,8 @@ transformers is never imported here: the functions read the model object they ar
 (its ``config`` and submodules), so ``mhsa`` does not depend on transformers.
 """
 
-import torch
+
+from mhsa.interop.weights import copy_weights
 
 SUPPORTED = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral"}
 WINDOWED = {"mistral"}  # model types whose attention reads ``config.sliding_window``
@@ -80,32 +81,34 @@ def _check_representable(config) -> None:
             raise ValueError(f"`model` has {what}: mhsa.CausalLM cannot represent it")
 
 
-@torch.no_grad()
 def copy_hf_llama_weights(ours, model) -> None:
     """Copy every weight of a transformers Llama/Mistral causal LM into ``ours`` (in place).
 
     ``ours`` is a :class:`mhsa.CausalLM` built with :func:`config_from_hf_llama`'s
-    arguments. The names map one to one: ``embed_tokens -> embed``,
+    arguments; the names map one to one (:func:`hf_llama_pairs`).
+    """
+    copy_weights(ours, hf_llama_pairs(model, len(ours.layers), ours.tie_embeddings),
+                 source=type(model).__name__)
+
+
+def hf_llama_pairs(model, num_layers: int, tie_embeddings: bool) -> list:
+    """``(our name, their tensor)`` pairs: ``embed_tokens -> embed``,
     ``input_layernorm -> norm1``, ``self_attn.{q,k,v}_proj -> attn.{q,k,v}_proj``,
     ``o_proj -> attn.out_proj``, ``post_attention_layernorm -> norm2``,
-    ``mlp -> feed_forward`` (same ``gate/up/down_proj`` names), ``norm``, ``lm_head``.
-    """
+    ``mlp -> feed_forward`` (same ``gate/up/down_proj`` names), ``norm``, ``lm_head``."""
     theirs = model.model
-    pairs = [(ours.embed.weight, theirs.embed_tokens.weight), (ours.norm.weight, theirs.norm.weight)]
-    if not ours.tie_embeddings:
-        pairs.append((ours.lm_head.weight, model.lm_head.weight))
-    for mine, their in zip(ours.layers, theirs.layers, strict=True):
-        attn, mlp = their.self_attn, their.mlp
-        pairs += [
-            (mine.norm1.weight, their.input_layernorm.weight),
-            (mine.attn.q_proj.weight, attn.q_proj.weight),
-            (mine.attn.k_proj.weight, attn.k_proj.weight),
-            (mine.attn.v_proj.weight, attn.v_proj.weight),
-            (mine.attn.out_proj.weight, attn.o_proj.weight),
-            (mine.norm2.weight, their.post_attention_layernorm.weight),
-            (mine.feed_forward.gate_proj.weight, mlp.gate_proj.weight),
-            (mine.feed_forward.up_proj.weight, mlp.up_proj.weight),
-            (mine.feed_forward.down_proj.weight, mlp.down_proj.weight),
-        ]
-    for mine, their in pairs:
-        mine.copy_(their)
+    pairs = [("embed.weight", theirs.embed_tokens.weight), ("norm.weight", theirs.norm.weight)]
+    if not tie_embeddings:
+        pairs.append(("lm_head.weight", model.lm_head.weight))
+    if len(theirs.layers) != num_layers:
+        raise ValueError(f"{type(model).__name__} has {len(theirs.layers)} layers, the copy "
+                         f"{num_layers}")
+    names = {"norm1": "input_layernorm", "attn.q_proj": "self_attn.q_proj",
+             "attn.k_proj": "self_attn.k_proj", "attn.v_proj": "self_attn.v_proj",
+             "attn.out_proj": "self_attn.o_proj", "norm2": "post_attention_layernorm",
+             "feed_forward.gate_proj": "mlp.gate_proj", "feed_forward.up_proj": "mlp.up_proj",
+             "feed_forward.down_proj": "mlp.down_proj"}
+    for k, layer in enumerate(theirs.layers):
+        pairs += [(f"layers.{k}.{mine}.weight", layer.get_submodule(their).weight)
+                  for mine, their in names.items()]
+    return pairs

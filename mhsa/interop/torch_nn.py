@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mhsa.interop.weights import copy_weights
+
 
 def mha_from_torch(module: nn.MultiheadAttention, cls):
     """A :class:`mhsa.MultiHeadAttention` copy of ``torch.nn.MultiheadAttention(batch_first=True)``.
@@ -32,9 +34,7 @@ def mha_from_torch(module: nn.MultiheadAttention, cls):
     ours = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
                bias=module.in_proj_bias is not None, kdim=module.kdim, vdim=module.vdim,
                device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        for mine, theirs in param_pairs(ours, module):
-            mine.copy_(theirs)
+    copy_weights(ours, torch_mha_pairs(module), source="torch.nn.MultiheadAttention")
     return ours.train(module.training)
 
 
@@ -54,24 +54,27 @@ def mha_to_torch(mha) -> nn.MultiheadAttention:
         mha.embed_dim, mha.num_heads, dropout=mha.dropout,
         bias=mha.out_proj.bias is not None, kdim=mha.kdim, vdim=mha.vdim,
         batch_first=True, device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        for mine, their in param_pairs(mha, theirs):
-            their.copy_(mine)
+    copy_weights(mha, torch_mha_pairs(theirs), source="torch.nn.MultiheadAttention",
+                 into_ours=False)
     return theirs.train(mha.training)
 
 
-def param_pairs(ours, mha: nn.MultiheadAttention):
-    """(our parameter, torch's parameter or view) pairs; torch packs q, k, v in that order."""
+def torch_mha_pairs(mha: nn.MultiheadAttention) -> list:
+    """``(our name, torch's tensor)`` pairs of :class:`mhsa.MultiHeadAttention`'s parameters.
+
+    torch stacks q, k and v (in that order) into ``in_proj_weight`` when the three inputs
+    have width ``embed_dim``; the pairs hold its row blocks (views, so a copy into them
+    writes torch's parameter).
+    """
     if mha._qkv_same_embed_dim:
-        w_q, w_k, w_v = mha.in_proj_weight.chunk(3)
+        weights = mha.in_proj_weight.chunk(3)
     else:
-        w_q, w_k, w_v = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
-    pairs = [(ours.q_proj.weight, w_q), (ours.k_proj.weight, w_k),
-             (ours.v_proj.weight, w_v), (ours.out_proj.weight, mha.out_proj.weight)]
+        weights = (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)
+    pairs = [(f"{p}_proj.weight", w) for p, w in zip("qkv", weights)]
+    pairs.append(("out_proj.weight", mha.out_proj.weight))
     if mha.in_proj_bias is not None:
-        b_q, b_k, b_v = mha.in_proj_bias.chunk(3)
-        pairs += [(ours.q_proj.bias, b_q), (ours.k_proj.bias, b_k),
-                  (ours.v_proj.bias, b_v), (ours.out_proj.bias, mha.out_proj.bias)]
+        pairs += [(f"{p}_proj.bias", b) for p, b in zip("qkv", mha.in_proj_bias.chunk(3))]
+        pairs.append(("out_proj.bias", mha.out_proj.bias))
     return pairs
 
 

@@ -17,7 +17,6 @@ Wang et al. 2020, "MiniLM"; Reimers & Gurevych 2019, "Sentence-BERT" (mean pooli
 
 import importlib.resources
 import json
-import re
 from pathlib import Path
 
 import torch
@@ -27,6 +26,7 @@ from torch import nn
 from mhsa.attention.recording import attention_by_layer
 from mhsa.core.device import default_device
 from mhsa.core.masks import padding_mask
+from mhsa.interop.bert import load_bert_weights
 from mhsa.models.encoder_decoder import Encoder
 
 try:
@@ -39,19 +39,6 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
-# Our parameter names -> the Hugging Face BertModel's, one rule per module.
-_RENAMES = [
-    (r"^encoder\.layers\.(\d+)\.", r"encoder.layer.\1."),
-    (r"self_attn\.q_proj\.", "attention.self.query."),
-    (r"self_attn\.k_proj\.", "attention.self.key."),
-    (r"self_attn\.v_proj\.", "attention.self.value."),
-    (r"self_attn\.out_proj\.", "attention.output.dense."),
-    (r"\.norm1\.", ".attention.output.LayerNorm."),
-    (r"feed_forward\.linear1\.", "intermediate.dense."),
-    (r"feed_forward\.linear2\.", "output.dense."),
-    (r"\.norm2\.", ".output.LayerNorm."),
-    (r"^embeddings\.norm\.", "embeddings.LayerNorm."),
-]
 
 
 class BertEmbeddings(nn.Module):
@@ -307,46 +294,6 @@ def load_minilm(path=None, *, device=None) -> PretrainedEncoder:
     device = default_device() if device is None else device
     return PretrainedEncoder(model.to(device).eval(), _load_tokenizer(folder, config, max_tokens),
                              config, max_tokens=max_tokens, device=device)
-
-
-def load_bert_weights(model: BertEncoder, checkpoint: dict) -> None:
-    """Copy a Hugging Face ``BertModel`` state dict into ``model``, checking every tensor.
-
-    Each of our parameters has one checkpoint name (``_RENAMES``: e.g.
-    ``encoder.layers.0.self_attn.q_proj.weight`` is ``encoder.layer.0.attention.self.query.weight``;
-    both store ``nn.Linear`` weights as ``[out, in]``, so nothing is transposed). A
-    ``bert.`` prefix and the old ``LayerNorm.gamma``/``beta`` names are accepted. Tensors
-    the encoder does not use (``pooler.*``, ``embeddings.position_ids``, heads of
-    pre-training) are ignored.
-
-    Raises:
-        ValueError: a tensor is missing, or its shape differs from the parameter's.
-    """
-    checkpoint = {_normalize_name(name): t for name, t in checkpoint.items()}
-    state = {}
-    for ours, parameter in model.state_dict().items():
-        theirs = to_checkpoint_name(ours)
-        if theirs not in checkpoint:
-            raise ValueError(f"tensor {theirs!r} (for {ours}, shape {tuple(parameter.shape)}) "
-                             "is missing from model.safetensors")
-        if checkpoint[theirs].shape != parameter.shape:
-            raise ValueError(f"tensor {theirs!r} has shape {tuple(checkpoint[theirs].shape)}, "
-                             f"expected {tuple(parameter.shape)} (for {ours})")
-        state[ours] = checkpoint[theirs]
-    model.load_state_dict(state)
-
-
-def to_checkpoint_name(name: str) -> str:
-    """Our parameter name -> the Hugging Face ``BertModel`` name of the same tensor."""
-    for pattern, replacement in _RENAMES:
-        name = re.sub(pattern, replacement, name)
-    return name
-
-
-def _normalize_name(name: str) -> str:
-    name = name.removeprefix("bert.")
-    return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
-                  re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
 
 
 def _check_config(config: dict) -> dict:

@@ -169,3 +169,21 @@ def test_rounded_as_shown_keeps_exactly_the_digits_a_format_shows():
     assert rounded_as_shown(-0.136, "+.2f") == -0.14
     with pytest.raises(ValueError, match="float format"):
         rounded_as_shown(1.5, ",d")
+
+
+def test_source_code_drops_the_docstring_and_comment_lines_only():
+    from mhsa.course.teaching import source_code
+
+    def example(x):
+        """A docstring
+        over two lines."""
+        # a comment line
+        y = x + 1  # a trailing comment stays
+        return y
+
+    assert source_code(example) == ("def example(x):\n    y = x + 1  # a trailing comment stays\n"
+                                    "    return y")
+    code = source_code(mhsa.MultiHeadAttention.forward)
+    assert code.startswith("def forward(self, query") and '"""' not in code
+    with pytest.raises(TypeError, match="`function` must be a Python function or method"):
+        source_code(len)

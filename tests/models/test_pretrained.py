@@ -21,7 +21,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mhsa.models.pretrained import default_model_path, load_minilm, to_checkpoint_name
+from mhsa.interop.bert import to_checkpoint_name
+from mhsa.models.pretrained import default_model_path, load_minilm
 
 from tolerances import random_walk, worst_case
 
