@@ -105,7 +105,7 @@ def check_broadcast(name: str, x, target: tuple, what: str) -> None:
     ``x``, aligned right, is 1 or equal to ``target``'s, and ``x`` has at most
     ``len(target)`` dimensions. It is written out in plain Python because
     ``torch.broadcast_shapes`` costs about 10x more, and this check runs on every call
-    (``tests/test_helpers.py`` checks that both agree).
+    (``tests/core/test_checks.py`` checks that both agree).
     """
     target = tuple(target)
     ok = x.dim() <= len(target) and all(

@@ -190,7 +190,7 @@ def fused_attention(query, key, value, mask=None, *, is_causal=False, dropout_p=
 
     A query with no key to attend to (an all-False mask row, or ``n_k = 0``) gets a zero
     output: torch's CPU kernels do this themselves since torch 2.5 (tested in
-    ``tests/test_attention.py``); on other devices its row is opened for softmax and then
+    ``tests/attention/test_paths.py``); on other devices its row is opened for softmax and then
     zeroed, as in the explicit path.
 
     Shapes: ``query`` ``[b, h, n_q, d]``, ``key``/``value`` ``[b, h_kv, n_k, d]`` -> ``[b, h, n_q, d]``.

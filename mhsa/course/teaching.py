@@ -111,7 +111,7 @@ def glue(name: str, value, fmt: str | None = None) -> None:
     A float is stored rounded to the digits ``fmt`` shows (:func:`rounded_as_shown`), no
     more: the last bits of float arithmetic change with the CPU's vector width, its BLAS and
     the thread count, and a stored output that kept them would differ on a reader's machine
-    (nbval compares stored outputs strictly). ``tests/test_book.py`` checks that every float
+    (nbval compares stored outputs strictly). ``tests/book/test_book.py`` checks that every float
     a page shows was glued at the precision of its ``glue:text`` role.
 
     Args:
