@@ -141,11 +141,18 @@ class GroupedQueryAttention(Attention):
         # project once for all h + 2g heads and split them: [b, h+2g, n, d]
         weight, bias = packed[:2] if packed else stacked(self.q_proj, self.k_proj, self.v_proj)
         q_and_k, v = split_heads(F.linear(x, weight, bias), h + 2 * g).split([h + g, g], dim=1)
+        q, k = q_and_k.split([h, g], dim=1)  # [b, h, n, d], [b, g, n, d]
+        adjusted = self.adjust_queries_and_keys(q, k)  # a variant's step; here none
+        unchanged = adjusted[0] is q and adjusted[1] is k
         if self.rope_base is not None:  # rotary positions, before the cache stores the keys
             cos, sin = (positions if isinstance(positions, RotaryAngles) else
                         self.rotary_angles(positions, start=n_cached, n=x.shape[1]))
-            q_and_k = rotate(q_and_k, cos, sin)
-        q, k = q_and_k.split([h, g], dim=1)  # [b, h, n, d], [b, g, n, d]
+            if unchanged:  # both in one call: half the work
+                q, k = rotate(q_and_k, cos, sin).split([h, g], dim=1)
+            else:
+                q, k = rotate(adjusted[0], cos, sin), rotate(adjusted[1], cos, sin)
+        elif not unchanged:
+            q, k = adjusted
         if cache is not None:
             k, v = cache.update(k, v, window=self.window)  # [b, g, n_kept + n, d]
         if attn_mask is not None and attn_mask.dim() and attn_mask.shape[-1] > k.shape[2]:
@@ -163,6 +170,23 @@ class GroupedQueryAttention(Attention):
             weights = None
         out_weight = self.out_proj.weight if packed is None else packed[2]
         return F.linear(merge_heads(out), out_weight, self.out_proj.bias), weights
+
+    def adjust_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor):
+        """A variant's step on the split heads, before rotary positions; here they pass unchanged.
+
+        The extension point of the causal variants: a subclass overrides this one method to
+        change what the scores see, and keeps everything else (packing, positions, cache,
+        window, both kernels). Dividing each head's queries by its own temperature divides
+        its scores; an RMSNorm of each head's queries and keys is Qwen3's query/key norm.
+
+        Args:
+            q: queries ``[b, num_heads, n, head_dim]``; k: keys ``[b, num_kv_heads, n, head_dim]``.
+
+        Returns:
+            ``(q, k)``, the same shapes and dtype. Returning the same objects is free: the
+            forward then rotates both in one call.
+        """
+        return q, k
 
     def rotary_angles(self, positions=None, *, start: int = 0, n: int | None = None):
         """The ``mhsa.core.rotary.RotaryAngles`` of ``positions``, to pass as ``positions``.

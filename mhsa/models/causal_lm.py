@@ -45,6 +45,9 @@ class CausalLM(nn.Module):
             before it), or ``None`` for full causal attention.
         norm_eps: epsilon of every RMSNorm, ``> 0``.
         tie_embeddings: ``lm_head`` shares its weight with the token embedding.
+        attention: the causal attention variant of every layer, a name in
+            ``mhsa.attention.CAUSAL_ATTENTION`` (default ``"grouped_query"``:
+            :class:`mhsa.GroupedQueryAttention`).
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
@@ -56,8 +59,9 @@ class CausalLM(nn.Module):
     Raises:
         TypeError: a size that is not an int, ``norm_eps`` not a number, or
             ``tie_embeddings`` not a bool.
-        ValueError: a size below 1, ``norm_eps <= 0``, or what
-            :class:`mhsa.MultiHeadAttention` refuses (``num_kv_heads`` not dividing
+        ValueError: a size below 1, ``norm_eps <= 0``, ``qkv_dim`` not divisible by
+            ``num_heads``, an ``attention`` name that is not registered, or what
+            :class:`mhsa.GroupedQueryAttention` refuses (``num_kv_heads`` not dividing
             ``num_heads``, a bad ``window`` or ``rope_base``).
 
     Example::

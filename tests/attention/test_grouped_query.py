@@ -3,10 +3,9 @@
 Reference: torch's ``F.scaled_dot_product_attention(..., enable_gqa=True)`` with the module's
 weights copied into plain tensor code. Masks: boolean, True = may attend.
 
-Tolerances (float32, eps = 1.2e-7): every output is a softmax-weighted mean of values of
-size about 1 after two projections of width <= 32 and sums over <= 12 keys; rounding
-differences between kernels that add in another order grow like eps * sqrt(terms) * |terms|,
-a few 1e-6 at most. We allow 1e-5 (atol and rtol), ten times that. float64: 1e-12.
+Tolerances from ``tests/tolerances.py``: one output entry is the end of a chain of sums: the
+projection over embed_dim (32), the scores over head_dim (8), the weighted values over at most
+12 keys and the output projection over 32, each summed in another order by the two paths.
 """
 
 import pickle
@@ -18,9 +17,11 @@ import mhsa
 from mhsa import GroupedQueryAttention, KVCache, MultiHeadAttention
 
 from references import decode_in_chunks, plain_attention
+from tolerances import worst_case
 
-TOL32 = {"atol": 1e-5, "rtol": 1e-5}
-TOL64 = {"atol": 1e-12, "rtol": 1e-12}
+CHAIN = 32 + 8 + 12 + 32  # see the module docstring
+TOL32 = worst_case(torch.float32, CHAIN)
+TOL64 = worst_case(torch.float64, CHAIN)
 EMBED, HEADS = 32, 4
 KV_HEADS = [4, 2, 1]  # multi-head, grouped-query, multi-query
 KV_IDS = ["mha", "gqa", "mqa"]
@@ -303,3 +304,41 @@ def test_cache_pickles_and_resets():
     assert len(twin) == 3 and torch.equal(twin.key, cache.key)
     cache.reset()
     assert len(cache) == 0 and cache.key is None and cache.nbytes == 0
+
+
+class Tempered(GroupedQueryAttention):
+    """A toy variant through the extension point: each head's queries over its temperature."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.temperature = torch.nn.Parameter(torch.ones(self.num_heads))
+
+    def adjust_queries_and_keys(self, q, k):
+        return q / self.temperature[:, None, None], k
+
+
+@pytest.mark.parametrize("rope_base", [None, 500.0], ids=["no_rope", "rope500"])
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_adjust_queries_and_keys_is_the_variants_one_step(rope_base, need_weights):
+    """A subclass that overrides only this step: queries over a per-head temperature equal
+    the plain reference with each head's query rows scaled; cache and window still work."""
+    torch.manual_seed(13)
+    tempered = Tempered(EMBED, HEADS, 2, rope_base=rope_base, window=4, bias=True).eval()
+    with torch.no_grad():
+        tempered.temperature.copy_(torch.tensor([0.5, 1.0, 2.0, 3.0]))
+    scaled = make(2, rope_base=rope_base, window=4)
+    scaled.load_state_dict(tempered.state_dict(), strict=False)
+    with torch.no_grad():
+        rows = (1 / tempered.temperature).repeat_interleave(EMBED // HEADS)
+        scaled.q_proj.weight.mul_(rows[:, None])
+        scaled.q_proj.bias.mul_(rows)
+    x = torch.randn(2, 7, EMBED, generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        out, _ = tempered(x, need_weights=need_weights)
+        torch.testing.assert_close(out, scaled(x)[0], **TOL32)
+        steps, _ = decode_in_chunks(tempered, x, [3, 1, 3], need_weights=need_weights)
+    torch.testing.assert_close(steps, out, **TOL32)
+    untempered = make(2, rope_base=rope_base, window=4)
+    untempered.load_state_dict(tempered.state_dict(), strict=False)
+    with torch.no_grad():  # the same weights without temperatures: another output
+        assert not torch.allclose(out, untempered(x)[0], atol=1e-3)

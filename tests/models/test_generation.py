@@ -156,7 +156,12 @@ def test_works_for_any_variant_through_the_contract(monkeypatch):
     """Decoding reads no attribute of a variant: a registered subclass decodes unchanged."""
 
     class Tempered(mhsa.GroupedQueryAttention):  # a toy variant: its own class, registered
-        pass
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.temperature = torch.nn.Parameter(torch.linspace(0.5, 2.0, self.num_heads))
+
+        def adjust_queries_and_keys(self, q, k):
+            return q / self.temperature[:, None, None], k
 
     monkeypatch.setitem(mhsa.attention.CAUSAL_ATTENTION, "tempered", Tempered)
     torch.manual_seed(7)
@@ -164,6 +169,9 @@ def test_works_for_any_variant_through_the_contract(monkeypatch):
     assert isinstance(model.layers[0].attn, Tempered)
     ids = torch.randint(VOCAB, (2, 3), generator=torch.Generator().manual_seed(7))
     assert torch.equal(model.generate(ids, 6), model.generate(ids, 6, use_cache=False))
+    with mhsa.record_attention(model) as weights:
+        model(ids)
+    assert sorted(weights) == ["layers.0.attn", "layers.1.attn"]
 
 
 def test_positions_follow_the_mask_as_transformers_computes_them():
