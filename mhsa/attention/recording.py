@@ -102,7 +102,7 @@ class _Recorder:
         return _Recorder, ({}, "", None)
 
 
-def attention_by_layer(model: nn.Module, layers: str, *inputs, attention: str = "self_attn",
+def attention_by_layer(model: nn.Module, layers: str, *inputs, attention: str | None = None,
                        **kwargs) -> torch.Tensor:
     """Run ``model(*inputs, **kwargs)`` once, recording; stack each layer's weights.
 
@@ -111,12 +111,23 @@ def attention_by_layer(model: nn.Module, layers: str, *inputs, attention: str = 
         layers: the name in ``model`` of its ``nn.ModuleList`` of layers, e.g.
             ``"encoder.layers"``.
         inputs, kwargs: passed to ``model``.
-        attention: the attention module's name inside each layer.
+        attention: the attention module's name inside each layer (``"self_attn"`` in an
+            encoder layer, ``"attn"`` in a causal LM's); None: the layers' only one.
 
     Returns:
         ``[num_layers, b, h, n_q, n_k]``: ``weights[l]`` is layer ``l``'s.
+
+    Raises:
+        ValueError: ``attention`` is None and a layer holds more or fewer than one attention
+            module (a decoder layer has two: name one).
     """
+    stack = model.get_submodule(layers)
+    if attention is None:
+        names = {name for name, m in stack[0].named_modules() if isinstance(m, Attention)}
+        if len(names) != 1:
+            raise ValueError(f"the layers of `{layers}` hold the attention modules "
+                             f"{sorted(names)}: name one with `attention`")
+        attention = names.pop()
     with record_attention(model) as record:
         model(*inputs, **kwargs)
-    count = len(model.get_submodule(layers))
-    return torch.stack([record[f"{layers}.{k}.{attention}"] for k in range(count)])
+    return torch.stack([record[f"{layers}.{k}.{attention}"] for k in range(len(stack))])

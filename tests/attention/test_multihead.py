@@ -528,3 +528,19 @@ def test_gradients_reach_each_projection_as_in_torch(call):
         torch.testing.assert_close(projection.weight.grad, theirs.in_proj_weight.grad[rows], **TOL32)
         torch.testing.assert_close(projection.bias.grad, theirs.in_proj_bias.grad[rows], **TOL32)
     torch.testing.assert_close(ours.out_proj.weight.grad, theirs.out_proj.weight.grad, **TOL32)
+
+
+def test_attention_by_layer_finds_each_layers_one_attention_module():
+    from mhsa.attention.recording import attention_by_layer
+
+    torch.manual_seed(3)
+    lm = mhsa.CausalLM(11, 8, 2, 16, 2).eval()
+    ids = torch.randint(11, (1, 4))
+    with torch.no_grad():
+        weights = attention_by_layer(lm, "layers", ids)  # the layers call it "attn"
+        with mhsa.record_attention(lm) as record:
+            lm(ids)
+    assert weights.shape == (2, 1, 2, 4, 4) and torch.equal(weights[1], record["layers.1.attn"])
+    decoder = mhsa.Decoder(8, 2, 16, 1).eval()
+    with pytest.raises(ValueError, match=r"hold the attention modules \['cross_attn', 'self_attn'\]"):
+        attention_by_layer(decoder, "layers", torch.randn(1, 3, 8), torch.randn(1, 2, 8))
