@@ -213,7 +213,7 @@ class MultiHeadAttention(Attention):
         tokens; equal up to float rounding). The copies are made without autograd: they do
         not follow later changes of the projections, and gradients do not reach the layers
         through them, so pack for inference only. The decoding loops of
-        :mod:`mhsa.models.generation` pack for the length of one call.
+        ``mhsa.models.generation`` pack for the length of one call.
 
         Raises:
             ValueError: ``kdim`` or ``vdim`` differs from ``embed_dim``.

@@ -15,8 +15,7 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         x: ``[batch, n, num_heads * head_dim]``, any dtype.
         num_heads: ``h``, dividing ``x.shape[-1]``.
 
-    Raises:
-        einops.EinopsError: ``num_heads`` does not divide the last dimension.
+    einops raises its ``EinopsError`` when ``num_heads`` does not divide the last dimension.
 
     Source: Vaswani et al. 2017, "Attention Is All You Need", section 3.2.2.
     """

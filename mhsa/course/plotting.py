@@ -192,7 +192,7 @@ def head_view(
         decimals: weights are rounded to this many decimals in the page (3 keeps it small).
 
     Returns:
-        A :class:`HeadView`; the last expression of a notebook cell displays it.
+        A ``HeadView``; the last expression of a notebook cell displays it.
 
     Raises:
         ImportError: plotly is not installed (``pip install "mhsa[viz]"``).

@@ -61,7 +61,7 @@ def check(exercise: str, answer, *, tol: float | None = None) -> None:
     Args:
         exercise: exercise name, e.g. ``"02.1"`` or ``"2.1"`` as the page prints it.
         answer: the reader's number, or ``None`` while not answered yet.
-        tol: absolute tolerance; by default :func:`answer_tolerance` of the exercise.
+        tol: absolute tolerance; by default ``answer_tolerance`` of the exercise.
 
     Prints one line: correct, not yet, or not answered yet; after "not yet", a second line
     with a hint when the answer is a common mistake listed in the answers module's ``HINTS``
@@ -108,7 +108,7 @@ def glue(name: str, value, fmt: str | None = None) -> None:
     always the one the cell computed. Where myst-nb is not installed (a plain Jupyter or
     Colab runtime) this does nothing: the text then has nothing to insert.
 
-    A float is stored rounded to the digits ``fmt`` shows (:func:`rounded_as_shown`), no
+    A float is stored rounded to the digits ``fmt`` shows (``mhsa.course.teaching.rounded_as_shown``), no
     more: the last bits of float arithmetic change with the CPU's vector width, its BLAS and
     the thread count, and a stored output that kept them would differ on a reader's machine
     (nbval compares stored outputs strictly). ``tests/book/test_book.py`` checks that every float

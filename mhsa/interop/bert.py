@@ -25,7 +25,7 @@ def load_bert_weights(model, checkpoint: dict) -> None:
     """Copy a Hugging Face ``BertModel`` state dict into ``model``, checking every tensor.
 
     ``model`` is a ``mhsa.models.pretrained.BertEncoder``. Each of our parameters has one
-    checkpoint name (:func:`to_checkpoint_name`: e.g.
+    checkpoint name (``to_checkpoint_name``: e.g.
     ``encoder.layers.0.self_attn.q_proj.weight`` is ``encoder.layer.0.attention.self.query.weight``;
     both store ``nn.Linear`` weights as ``[out, in]``, so nothing is transposed). A
     ``bert.`` prefix and the old ``LayerNorm.gamma``/``beta`` names are accepted. Tensors

@@ -210,7 +210,7 @@ class CausalLM(nn.Module):
 
         Calls ``pack_projections`` of every attention and feed-forward module (see
         :meth:`mhsa.GroupedQueryAttention.pack_projections`). Inference only; the decoding
-        loop of :func:`mhsa.models.generation.generate` packs for the length of a call.
+        loop of :meth:`generate` packs for the length of a call.
         """
         for layer in self.layers:
             layer.attn.pack_projections(packed)

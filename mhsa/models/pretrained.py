@@ -88,7 +88,7 @@ class BertEmbeddings(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    """A BERT encoder built from mhsa modules: :class:`BertEmbeddings`, then :class:`mhsa.Encoder`.
+    """A BERT encoder built from mhsa modules: ``BertEmbeddings``, then :class:`mhsa.Encoder`.
 
     Args:
         config: a Hugging Face BERT ``config.json`` as a dict (``vocab_size``,
@@ -97,7 +97,7 @@ class BertEncoder(nn.Module):
             ``layer_norm_eps``, ``hidden_act``, ``hidden_dropout_prob``).
 
     Attributes:
-        embeddings (:class:`BertEmbeddings`): token, position and token-type embeddings,
+        embeddings (``BertEmbeddings``): token, position and token-type embeddings,
             then LayerNorm.
         encoder (:class:`mhsa.Encoder`): the post-norm encoder stack; its layers are in
             ``encoder.layers``.
