@@ -2,9 +2,9 @@
 documents every public name of ``mhsa``."""
 
 import ast
-import importlib
 import inspect
 import json
+import pkgutil
 import re
 import subprocess
 import sys
@@ -68,16 +68,10 @@ ALSO_TAUGHT = {
 
 def resolve(dotted: str):
     """The object at ``dotted`` (modules, then attributes), or None."""
-    parts = dotted.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for attr in parts[split:]:
-            obj = getattr(obj, attr, None)
-        return obj
-    return None
+    try:
+        return pkgutil.resolve_name(dotted)
+    except (ImportError, AttributeError, ValueError):
+        return None
 
 
 def documented_names():

@@ -16,6 +16,7 @@ from mhsa.core._checks import (
     check_int,
     check_positive_int,
     check_probability,
+    check_same_device,
     check_shape,
 )
 from mhsa.core._packing import matvec_layout, stacked
@@ -245,9 +246,7 @@ class GroupedQueryAttention(Attention):
         b, n = x.shape[:2]
         if attn_mask is not None:
             check_bool_mask("attn_mask", attn_mask, (b, self.num_heads, n, n_cached + n))
-            if attn_mask.device != x.device:
-                raise ValueError(f"`attn_mask` is on {attn_mask.device} but `x` is on "
-                                 f"{x.device}; build the mask on the same device")
+            check_same_device("attn_mask", attn_mask, x, "x")
         if positions is None or isinstance(positions, RotaryAngles):
             return
         if self.rope_base is None:

@@ -174,6 +174,12 @@ def check_attention_inputs(query, key, value, attn_mask, *, widths: tuple, num_h
     if attn_mask is not None:
         scores = (query.shape[0], num_heads, query.shape[1], n_cached + key.shape[1])
         check_bool_mask("attn_mask", attn_mask, scores)
-        if attn_mask.device != query.device:
-            raise ValueError(f"`attn_mask` is on {attn_mask.device} but `query` is on "
-                             f"{query.device}; build the mask on the same device")
+        check_same_device("attn_mask", attn_mask, query)
+
+
+def check_same_device(name: str, mask: torch.Tensor, like: torch.Tensor,
+                      like_name: str = "query") -> None:
+    """``ValueError`` unless ``mask`` is on the device of ``like`` (the argument ``like_name``)."""
+    if mask.device != like.device:
+        raise ValueError(f"`{name}` is on {mask.device} but `{like_name}` is on {like.device}; "
+                         "build the mask on the same device")

@@ -11,7 +11,12 @@ import torch
 import torch.nn.functional as F
 from einops import einsum
 
-from mhsa.core._checks import check_bool_mask, check_probability, check_tensor
+from mhsa.core._checks import (
+    check_bool_mask,
+    check_probability,
+    check_same_device,
+    check_tensor,
+)
 from mhsa.core.masks import causal_mask, sliding_window_mask
 
 
@@ -153,13 +158,6 @@ def combine_masks(attn_mask, n_q: int, n_k: int, *, is_causal: bool = False,
     else:
         structural = sliding_window_mask(n_q, n_k, window=window, device=device)
     return (structural if attn_mask is None else attn_mask & structural), False
-
-
-def check_same_device(name: str, mask: torch.Tensor, query: torch.Tensor) -> None:
-    """``ValueError`` unless ``mask`` is on ``query``'s device."""
-    if mask.device != query.device:
-        raise ValueError(f"`{name}` is on {mask.device} but `query` is on {query.device}; "
-                         "build the mask on the same device")
 
 
 def softmax_safe(mask: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mhsa.core._checks import check_bool_mask, check_int, check_int_tensor, check_rank
+from mhsa.core._checks import (
+    check_bool_mask,
+    check_divisible,
+    check_int,
+    check_int_tensor,
+    check_rank,
+    check_same_device,
+)
 from mhsa.core._packing import matvec_layout
 from mhsa.core.rotary import RotaryAngles, check_positions
 from mhsa.interop.hf_llama import config_from_hf_llama, copy_hf_llama_weights
@@ -94,9 +101,7 @@ class CausalLM(nn.Module):
         head_dim = None
         if qkv_dim is not None:
             check_int("qkv_dim", qkv_dim)
-            if qkv_dim % num_heads:
-                raise ValueError(f"`qkv_dim` ({qkv_dim}) must be divisible by `num_heads` "
-                                 f"({num_heads})")
+            check_divisible("qkv_dim", qkv_dim, "num_heads", num_heads)
             head_dim = qkv_dim // num_heads
         kw = {"device": device, "dtype": dtype}
         self.vocab_size, self.tie_embeddings = vocab_size, tie_embeddings
@@ -158,9 +163,7 @@ class CausalLM(nn.Module):
         if attn_mask is not None:
             heads = self.layers[0].attn.num_heads
             check_bool_mask("attn_mask", attn_mask, (b, heads, n, n_cached + n))
-            if attn_mask.device != ids.device:
-                raise ValueError(f"`attn_mask` is on {attn_mask.device} but `ids` is on "
-                                 f"{ids.device}; build the mask on the same device")
+            check_same_device("attn_mask", attn_mask, ids, "ids")
         if positions is not None:
             check_positions(positions, n, ids.device, batch=b)
         angles = self._rotary_angles(positions, n_cached, n)  # once, for every layer
