@@ -19,6 +19,7 @@ This page's names are the ones the chapters teach.
 """
 
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
+from mhsa.attention.latent import MultiHeadLatentAttention  # noqa: F401  (no chapter yet)
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
 from mhsa.core.functional import scaled_dot_product_attention

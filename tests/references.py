@@ -142,6 +142,38 @@ def hf_llama(kind="llama", *, vocab=97, hidden=32, intermediate=48, layers=2, he
     return spread_weights_(cls(config).eval())
 
 
+def hf_deepseek_attention(*, hidden=32, heads=4, q_lora_rank=16, kv_lora_rank=12, nope=8,
+                          rope=6, v=10, theta=1000.0, interleave=True, seed=0, **config):
+    """A random transformers ``DeepseekV3Attention`` (eager attention), eval mode, with
+    :func:`spread_weights_`; ``config`` adds ``DeepseekV3Config`` settings (``attention_bias``,
+    ``rope_parameters`` ...)."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
+
+    kw = {"hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": heads,
+          "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": nope,
+          "qk_rope_head_dim": rope, "v_head_dim": v, "rope_interleave": interleave,
+          "rope_parameters": {"rope_type": "default", "rope_theta": theta}, **config}
+    config = DeepseekV3Config(**kw)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    return spread_weights_(DeepseekV3Attention(config, layer_idx=0).eval())
+
+
+def hf_deepseek_forward(module, x, position_ids, attn_mask=None):
+    """``(output, weights)`` of a transformers ``DeepseekV3Attention`` on hidden states ``x``
+    ``[b, n, e]`` at ``position_ids`` ``[b, n]``, as its model calls it: the angles of its
+    ``DeepseekV3RotaryEmbedding`` and an additive mask (0 / -inf) made from ``attn_mask``
+    (bool, True = may attend, ``[n, n]`` or ``[b, 1, n, n]``; default causal)."""
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
+
+    n = x.shape[1]
+    keep = mhsa.causal_mask(n) if attn_mask is None else attn_mask
+    additive = mhsa.mask_to_additive(keep.expand(x.shape[0], 1, n, n), x.dtype)
+    angles = DeepseekV3RotaryEmbedding(module.config)(x, position_ids)
+    return module(x, angles, additive)
+
+
 # -- small seeded models ---------------------------------------------------------------------
 
 

@@ -4,6 +4,8 @@
 - ``multihead.py``: :class:`MultiHeadAttention`, the module of chapters 3-9;
 - ``grouped_query.py``: :class:`GroupedQueryAttention`, causal self-attention of
   decoder-only models (chapters 10-11);
+- ``latent.py``: :class:`MultiHeadLatentAttention`, DeepSeek's latent attention, and its
+  cache of latents;
 - ``recording.py``: :func:`record_attention`, the weights of every head, for any variant.
 
 A new variant is a new file here with a subclass of :class:`Attention`, its test file in
@@ -13,6 +15,7 @@ A new variant is a new file here with a subclass of :class:`Attention`, its test
 
 from mhsa.attention.base import Attention
 from mhsa.attention.grouped_query import GroupedQueryAttention
+from mhsa.attention.latent import MultiHeadLatentAttention  # noqa: F401  (no chapter yet)
 from mhsa.attention.multihead import MultiHeadAttention
 from mhsa.attention.recording import record_attention
 
