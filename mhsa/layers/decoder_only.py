@@ -7,7 +7,7 @@ positions. Masks are boolean, True = may attend.
 import torch
 from torch import nn
 
-from mhsa.attention import CAUSAL_ATTENTION
+from mhsa.attention import CAUSAL_ATTENTION, Attention
 from mhsa.layers.swiglu import SwiGLU
 
 
@@ -27,7 +27,11 @@ class CausalLMLayer(nn.Module):
         window: sliding window (``None``: full causal).
         norm_eps: epsilon of both RMSNorms.
         attention: the name of the attention variant in
-            ``mhsa.attention.CAUSAL_ATTENTION`` (default ``"grouped_query"``).
+            ``mhsa.attention.CAUSAL_ATTENTION`` (default ``"grouped_query"``), or a callable
+            with no arguments that returns a new :class:`mhsa.Attention` of width
+            ``embed_dim`` (a variant whose constructor takes other arguments, such as
+            :class:`mhsa.MultiHeadLatentAttention`); ``num_kv_heads``, ``head_dim`` and
+            ``window`` must then be None: the callable decides.
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
@@ -41,7 +45,10 @@ class CausalLMLayer(nn.Module):
     Raises:
         TypeError: as :class:`mhsa.GroupedQueryAttention` and :class:`mhsa.SwiGLU`.
         ValueError: as :class:`mhsa.GroupedQueryAttention` and :class:`mhsa.SwiGLU`; an
-            ``attention`` name that is not registered.
+            ``attention`` name that is not registered; a callable ``attention`` with
+            ``num_kv_heads``, ``head_dim`` or ``window``.
+        TypeError: a callable ``attention`` that returns no :class:`mhsa.Attention` of width
+            ``embed_dim``.
 
     Source: Touvron et al. 2023, "LLaMA", section 2.2 (pre-normalization with RMSNorm,
     SwiGLU, rotary embeddings); Zhang & Sennrich 2019, "Root Mean Square Layer
@@ -52,15 +59,19 @@ class CausalLMLayer(nn.Module):
                  rope_base=10000.0, window=None, norm_eps=1e-6, attention="grouped_query",
                  device=None, dtype=None):
         super().__init__()
-        if attention not in CAUSAL_ATTENTION:
-            raise ValueError(f"`attention` must be one of {sorted(CAUSAL_ATTENTION)}, got "
-                             f"{attention!r}")
+        if not callable(attention) and attention not in CAUSAL_ATTENTION:
+            raise ValueError(f"`attention` must be one of {sorted(CAUSAL_ATTENTION)} or a "
+                             f"callable, got {attention!r}")
         kw = {"device": device, "dtype": dtype}
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         self.norm1 = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
-        self.attn = CAUSAL_ATTENTION[attention](
-            embed_dim, num_heads, num_kv_heads, head_dim=head_dim, rope_base=rope_base,
-            window=window, bias=False, **kw)
+        if callable(attention):
+            self.attn = _built(attention, embed_dim, num_kv_heads=num_kv_heads,
+                               head_dim=head_dim, window=window)
+        else:
+            num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+            self.attn = CAUSAL_ATTENTION[attention](
+                embed_dim, num_heads, num_kv_heads, head_dim=head_dim, rope_base=rope_base,
+                window=window, bias=False, **kw)
         self.norm2 = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
         self.feed_forward = SwiGLU(embed_dim, ff_dim, **kw)
 
@@ -71,3 +82,18 @@ class CausalLMLayer(nn.Module):
         x = x + self.attn(self.norm1(x), attn_mask=attn_mask, cache=cache,
                           positions=positions)[0]
         return x + self.feed_forward(self.norm2(x))
+
+
+def _built(make, embed_dim: int, **must_be_none) -> Attention:
+    """The module that ``make()`` returns, checked: an :class:`Attention` of ``embed_dim``."""
+    given = [name for name, value in must_be_none.items() if value is not None]
+    if given:
+        raise ValueError(f"a callable `attention` builds the module itself: leave "
+                         f"{', '.join(f'`{g}`' for g in given)} at None")
+    attn = make()
+    if not isinstance(attn, Attention) or attn.embed_dim != embed_dim:
+        got = (f"{type(attn).__name__} of embed_dim {attn.embed_dim}"
+               if isinstance(attn, Attention) else type(attn).__name__)
+        raise TypeError(f"`attention()` must return a new mhsa.Attention of embed_dim "
+                        f"{embed_dim}, got {got}")
+    return attn

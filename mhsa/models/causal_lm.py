@@ -54,7 +54,11 @@ class CausalLM(nn.Module):
         tie_embeddings: ``lm_head`` shares its weight with the token embedding.
         attention: the causal attention variant of every layer, a name in
             ``mhsa.attention.CAUSAL_ATTENTION`` (default ``"grouped_query"``:
-            :class:`mhsa.GroupedQueryAttention`).
+            :class:`mhsa.GroupedQueryAttention`), or a callable with no arguments that
+            returns a new attention module of width ``embed_dim`` for each layer, e.g.
+            ``lambda: mhsa.MultiHeadLatentAttention(embed_dim, num_heads, ...)``; then
+            ``num_kv_heads``, ``qkv_dim`` and ``window`` stay None (the callable decides) and
+            ``rope_base`` is not read.
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
@@ -69,7 +73,9 @@ class CausalLM(nn.Module):
         ValueError: a size below 1, ``norm_eps <= 0``, ``qkv_dim`` not divisible by
             ``num_heads``, an ``attention`` name that is not registered, or what
             :class:`mhsa.GroupedQueryAttention` refuses (``num_kv_heads`` not dividing
-            ``num_heads``, a bad ``window`` or ``rope_base``).
+            ``num_heads``, a bad ``window`` or ``rope_base``); a callable ``attention`` with
+            ``num_kv_heads``, ``qkv_dim`` or ``window``, or one that returns no attention
+            module of width ``embed_dim`` (``TypeError``).
 
     Example::
 

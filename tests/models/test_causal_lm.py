@@ -413,3 +413,40 @@ def test_generate_allocates_each_cache_once(kv_caches_made_by, window, capacity)
         assert len(cache) == 24 and cache.nbytes == 2 * 3 * 2 * capacity * 8 * 4
         assert cache.key.untyped_storage().nbytes() == 3 * 2 * capacity * 8 * 4  # the key buffer
     assert torch.equal(out, model.generate(ids, 20, use_cache=False))
+
+
+def latent_attention():
+    """A small MultiHeadLatentAttention for a 32-wide CausalLM (a variant built by a callable)."""
+    return mhsa.MultiHeadLatentAttention(32, 4, q_lora_rank=16, kv_lora_rank=8,
+                                         qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
+
+
+def test_a_callable_builds_each_layers_attention():
+    torch.manual_seed(0)
+    model = CausalLM(VOCAB, 32, 4, 48, 2, attention=latent_attention).eval()
+    assert all(isinstance(layer.attn, mhsa.MultiHeadLatentAttention) for layer in model.layers)
+    assert model.layers[0].attn is not model.layers[1].attn
+    ids = torch.randint(VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))
+    full = model(ids)
+    cache = model.new_cache()
+    assert all(type(c).__name__ == "LatentCache" for c in cache)
+    steps = [model(ids[:, :5], cache=cache)] + [model(ids[:, t:t + 1], cache=cache)
+                                                for t in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL_CACHE)
+    # greedy decoding through the latent caches (absorbed form, packed) equals recomputation
+    torch.testing.assert_close(model.generate(ids, 6), model.generate(ids, 6, use_cache=False),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"num_kv_heads": 2}, ValueError, "leave `num_kv_heads` at None"),
+    ({"qkv_dim": 64, "window": 4}, ValueError, "leave `head_dim`, `window` at None"),
+    ({"attention": lambda: torch.nn.Linear(32, 32)}, TypeError,
+     "must return a new mhsa.Attention of embed_dim 32, got Linear"),
+    ({"attention": lambda: mhsa.GroupedQueryAttention(16, 4, 4)}, TypeError,
+     "of embed_dim 32, got GroupedQueryAttention of embed_dim 16"),
+])
+def test_a_callable_attention_is_checked(kwargs, error, match):
+    kwargs = {"attention": latent_attention, **kwargs}
+    with pytest.raises(error, match=match):
+        CausalLM(VOCAB, 32, 4, 48, 1, **kwargs)
