@@ -157,13 +157,13 @@ class QuantizedKVCache:
                 head_dim or device differ from what is cached; ``window`` below 1.
         """
         self._check(key, value)
-        key, value = key.detach(), value.detach()
+        window = None if window is None else check_int("window", window)
+        key, value, n_new = key.detach(), value.detach(), key.shape[2]
         if self._residual is not None:
             key = torch.cat([self._residual[0], key], dim=2)  # [b, g, r + n_new, d]
             value = torch.cat([self._residual[1], value], dim=2)
-        n_new = key.shape[2] - (0 if self._residual is None else self._residual[0].shape[2])
         if window is not None:  # drop the groups that lie wholly before the window
-            keep = check_int("window", window) - 1 + n_new
+            keep = window - 1 + n_new
             before = (self._end - self._start) + key.shape[2] - keep
             self._start += max(0, min(before, self._end - self._start)) // self.group_size \
                 * self.group_size

@@ -281,3 +281,12 @@ def test_update_rejects_keys_that_do_not_continue_the_cache(shape, dtype, error,
     assert len(cache) == 5  # a refused update changes nothing
     cache.reset()
     assert len(cache) == 0 and cache.nbytes == 0 and cache.key_scales is None
+
+
+def test_update_rejects_a_bad_window_before_writing():
+    cache = QuantizedKVCache(group_size=2)
+    with pytest.raises(ValueError, match="`window` must be a positive int, got 0"):
+        cache.update(torch.ones(1, 1, 3, 4), torch.ones(1, 1, 3, 4), window=0)
+    with pytest.raises(TypeError, match="`window` must be an int, got float"):
+        cache.update(torch.ones(1, 1, 3, 4), torch.ones(1, 1, 3, 4), window=2.0)
+    assert len(cache) == 0 and cache.nbytes == 0
