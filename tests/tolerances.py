@@ -40,6 +40,13 @@ def rounded_to(decimals: int) -> dict:
     return {"atol": 0.5 * 10.0**-decimals, "rtol": torch.finfo(torch.float32).eps}
 
 
+def int8_half_steps(n_steps: float, size: float) -> dict:
+    """``{"atol", "rtol"}`` for a value computed from symmetric int8 codes (127 levels a side)
+    of numbers up to ``size`` in magnitude: ``n_steps`` half steps of ``size / 254`` each, the
+    most one code is off (mhsa.core.quantized_cache), absolute."""
+    return {"atol": n_steps * size / 254, "rtol": 0.0}
+
+
 # Bounds that mhsa's docstrings promise, stated once: a test of a promise checks the number
 # the reader was given, not one derived here.
 # MultiHeadAttention's fused path equals its explicit path, a layer copied ``from_torch``

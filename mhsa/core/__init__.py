@@ -2,6 +2,8 @@
 
 ``functional.py`` (the attention function and mhsa's mask rules around torch's fused kernel),
 ``masks.py``, ``heads.py`` (einops head split and merge), ``rotary.py``, ``cache.py``
-(:class:`mhsa.KVCache`), ``patches.py``, ``device.py``; private: ``_checks.py`` (argument
-checks with clear messages) and ``_packing.py`` (weight layouts for decoding).
+(:class:`mhsa.KVCache`), ``quantized_cache.py`` (an int8 drop-in for it), ``flex.py`` (the
+masks as FlexAttention ``mask_mod`` functions), ``patches.py``, ``device.py``; private:
+``_checks.py`` (argument checks with clear messages) and ``_packing.py`` (weight layouts for
+decoding).
 """

@@ -129,6 +129,97 @@ def padding_mask(lengths, n_tokens: int) -> torch.Tensor:
     return (positions[None, :] < lengths[:, None])[:, None, None, :]
 
 
+def document_mask(document_ids) -> torch.Tensor:
+    """Boolean packed-document mask, True = may attend: a query sees only its own document.
+
+    Several documents packed into one row (no padding between them) must not read each
+    other: query ``i`` may attend to key ``j`` when ``document_ids[i] == document_ids[j]``.
+    The mask is not causal by itself; AND it with :func:`causal_mask` for a decoder::
+
+        document_ids = [0, 0, 1, 1, 1]      & causal_mask(5)
+        1 1 0 0 0                           1 0 0 0 0
+        1 1 0 0 0                           1 1 0 0 0
+        0 0 1 1 1                           0 0 1 0 0
+        0 0 1 1 1                           0 0 1 1 0
+        0 0 1 1 1                           0 0 1 1 1
+
+    Args:
+        document_ids: the document of each token, an integer tensor or list ``[n]`` (one
+            packed row) or ``[batch, n]``. Any integers; equal ids mean the same document.
+
+    Returns:
+        torch.bool tensor ``[n, n]`` for ``[n]`` ids, ``[batch, 1, n, n]`` for
+        ``[batch, n]`` ids (one mask for every head), on the device of ``document_ids``.
+
+    Raises:
+        TypeError: ``document_ids`` is not integer.
+        ValueError: ``document_ids`` is neither 1-D nor 2-D.
+
+    Source: Krell et al. 2021, "Efficient Sequence Packing without Cross-contamination"
+    (packed sequences kept apart by the attention mask); Dong et al. 2024, "Flex
+    Attention: A Programming Model for Generating Optimized Attention Kernels" (its
+    document mask).
+    """
+    if not isinstance(document_ids, torch.Tensor):
+        document_ids = torch.as_tensor(
+            document_ids, dtype=torch.long if len(document_ids) == 0 else None)
+    check_int_tensor("document_ids", document_ids, "an integer tensor [n] or [batch, n]")
+    if document_ids.dim() not in (1, 2):
+        raise ValueError("`document_ids` must be 1-D [n] or 2-D [batch, n], got shape "
+                         f"{tuple(document_ids.shape)}")
+    same = document_ids[..., :, None] == document_ids[..., None, :]  # [..., i, j]
+    return same if document_ids.dim() == 1 else same[:, None]
+
+
+def prefix_lm_mask(prefix_lengths, n: int) -> torch.Tensor:
+    """Boolean prefix-LM mask ``[batch, 1, n, n]``, True = may attend.
+
+    The first ``prefix_lengths[b]`` tokens of sequence ``b`` (the prompt, the input) see
+    each other in both directions; every later token is causal. Query ``i`` may attend to
+    key ``j`` when ``j <= i`` or ``j < prefix_lengths[b]``. A prefix of 0 gives
+    :func:`causal_mask`, a prefix of ``n`` a full (encoder) mask::
+
+        n=5, prefix_length=2
+        1 1 0 0 0
+        1 1 0 0 0
+        1 1 1 0 0
+        1 1 1 1 0
+        1 1 1 1 1
+
+    Args:
+        prefix_lengths: the prefix length of each sequence, a 1-D integer tensor or list
+            ``[batch]``, each between 0 and ``n``.
+        n: number of tokens (queries and keys), ``int >= 0``.
+
+    Returns:
+        torch.bool tensor ``[batch, 1, n, n]`` on the device of ``prefix_lengths``.
+
+    Raises:
+        TypeError: ``prefix_lengths`` is not integer, or ``n`` is not an int.
+        ValueError: ``prefix_lengths`` is not 1-D, a length is outside ``[0, n]`` (checked
+            where values can be read, as in :func:`padding_mask`), or ``n`` is negative.
+
+    Source: Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified
+    Text-to-Text Transformer" (T5), section 3.2.1 (prefix LM); Dong et al. 2024, "Flex
+    Attention" (its prefix-LM mask).
+    """
+    n = check_int("n", n, minimum=0)
+    if not isinstance(prefix_lengths, torch.Tensor):
+        prefix_lengths = torch.as_tensor(
+            prefix_lengths, dtype=torch.long if len(prefix_lengths) == 0 else None)
+    check_int_tensor("prefix_lengths", prefix_lengths, "an integer tensor [batch]")
+    check_rank("prefix_lengths", prefix_lengths, rank=1, layout="[batch]")
+    if _values_readable(prefix_lengths) and len(prefix_lengths) \
+            and (prefix_lengths.min() < 0 or prefix_lengths.max() > n):
+        raise ValueError(
+            f"`prefix_lengths` must lie in [0, n={n}], got {prefix_lengths.tolist()}"
+        )
+    positions = torch.arange(n, device=prefix_lengths.device)
+    i, j = positions[:, None], positions[None, :]
+    in_prefix = j[None] < prefix_lengths[:, None, None]  # [b, 1, j]
+    return ((j <= i)[None] | in_prefix)[:, None]  # [b, 1, i, j]
+
+
 def padding_mask_from_ids(token_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     """Boolean padding mask ``[batch, 1, 1, n_tokens]`` from token ids, True where ``!= pad_id``.
 
