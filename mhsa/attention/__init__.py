@@ -4,7 +4,9 @@
 - ``multihead.py``: :class:`MultiHeadAttention`, the module of chapters 3-9;
 - ``grouped_query.py``: :class:`GroupedQueryAttention`, causal self-attention of
   decoder-only models (chapters 10-11);
-- ``recording.py``: :func:`record_attention`, the weights of every head, for any variant.
+- ``recording.py``: :func:`record_attention`, the weights of every head, for any variant;
+- ``soft_capped.py``: :class:`SoftCappedAttention`, Gemma 2's capped scores;
+- ``sinks.py``: :class:`SinkAttention`, gpt-oss's learned sink logit per head.
 
 A new variant is a new file here with a subclass of :class:`Attention`, its test file in
 ``tests/attention/``, and one line in :data:`CAUSAL_ATTENTION` when
@@ -15,6 +17,8 @@ from mhsa.attention.base import Attention
 from mhsa.attention.grouped_query import GroupedQueryAttention
 from mhsa.attention.multihead import MultiHeadAttention
 from mhsa.attention.recording import record_attention
+from mhsa.attention.sinks import SinkAttention
+from mhsa.attention.soft_capped import SoftCappedAttention
 
 # The selector: the causal self-attention variants that mhsa.CausalLM(attention=name) builds,
 # each called as cls(embed_dim, num_heads, num_kv_heads, head_dim=..., rope_base=...,
@@ -22,6 +26,8 @@ from mhsa.attention.recording import record_attention
 # rotary_angles(positions, start=, n=) method (None without positions).
 CAUSAL_ATTENTION = {
     "grouped_query": GroupedQueryAttention,
+    "soft_capped": SoftCappedAttention,  # softcap=50.0, scale=1/sqrt(head_dim)
+    "sinks": SinkAttention,  # sink logits start at 0
 }
 
 __all__ = ["CAUSAL_ATTENTION", "Attention", "GroupedQueryAttention", "MultiHeadAttention",
