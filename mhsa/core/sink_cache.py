@@ -57,8 +57,8 @@ class SinkKVCache:
         window: positions a decoding step sees after the sinks, itself included,
             ``int >= 1``.
         rotary_angles: the module's :meth:`mhsa.GroupedQueryAttention.rotary_angles`
-            (``rotary_angles(start=, n=)`` returning the ``(cos, sin)`` of those positions),
-            or None when the module has no rotary positions.
+            (``rotary_angles(start=, n=)`` returning the ``(cos, sin)`` of those positions,
+            or None for a module without rotary positions), or None.
 
     Attributes:
         num_sink_tokens, window: as above.
@@ -145,13 +145,13 @@ class SinkKVCache:
         for buffer, new in ((self._key, key), (self._value, value)):
             buffer[:, :, self._n_sinks:self._n_sinks + to_sinks] = new[:, :, :to_sinks]
             buffer[:, :, sinks + kept:sinks + kept + n - to_sinks] = new[:, :, to_sinks:]
-        if self.rotary_angles is not None and to_sinks:
+        if self._sink_key is not None and to_sinks:
             self._sink_key[:, :, self._n_sinks:self._n_sinks + to_sinks] = key[:, :, :to_sinks]
         self._n_sinks += to_sinks
         self._n_recent = kept + n - to_sinks
         self._seen += n
         self.evicted += dropped
-        if self.rotary_angles is not None and self._n_sinks and self.evicted != self._turned_by:
+        if self._sink_key is not None and self.evicted != self._turned_by:
             cos, sin = self.rotary_angles(start=self.evicted, n=1)  # [1, d]: one shift for all
             self._key[:, :, :self._n_sinks] = rotate(self._sink_key[:, :, :self._n_sinks],
                                                      cos, sin)
@@ -183,7 +183,8 @@ class SinkKVCache:
             for new, old in zip(fresh, (self._key, self._value)):
                 new[:, :, :self._n_sinks] = old[:, :, :self._n_sinks]
                 new[:, :, sinks:sinks + kept] = old[:, :, start:start + kept]
-        elif self.rotary_angles is not None and sinks:
+        elif sinks and self.rotary_angles is not None \
+                and self.rotary_angles(start=0, n=1) is not None:  # None: no positions
             self._sink_key = like.new_empty(b, g, sinks, d)
         self._key, self._value = fresh
 
