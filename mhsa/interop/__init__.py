@@ -1,5 +1,6 @@
 """Weights to and from other libraries, by name mappings; nothing here imports mhsa's modules.
 
 ``torch_nn.py``: ``torch.nn.MultiheadAttention`` and ``torch.nn.Transformer*Layer``;
-``hf_llama.py``: transformers' Llama and Mistral causal LMs (transformers is never imported).
+``hf_llama.py``: transformers' Llama and Mistral causal LMs (transformers is never imported);
+``hf_attention_modules.py``: one transformers ``Gemma2Attention`` or ``GptOssAttention``.
 """

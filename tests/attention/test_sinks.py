@@ -150,3 +150,15 @@ def test_causal_lm_builds_it_and_its_cache_decodes_the_same():
         cache = model.new_cache()
         steps = torch.cat([model(ids[:, t:t + 1], cache=cache) for t in range(9)], dim=1)
     torch.testing.assert_close(steps, full, **DOCUMENTED_FLOAT32)
+
+
+def test_record_attention_reads_the_weights_less_the_sink():
+    """Recording goes through the contract: the recorded weights are the explicit path's."""
+    attn = SinkAttention.from_hf_gpt_oss(gpt_oss_attention(1))
+    x = torch.randn(1, 5, EMBED, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad(), mhsa.record_attention(attn) as recorded:
+        attn(x)
+    with torch.no_grad():
+        _, weights = attn(x, need_weights=True)
+    torch.testing.assert_close(recorded[""], weights, rtol=0, atol=0)
+    assert (recorded[""].sum(-1) < 1).all()  # not the "rows sum to 1" of plain attention
