@@ -15,11 +15,14 @@ The package in layers, each importing only the ones below it (import-linter chec
 - ``mhsa.interop``: weights to and from torch and transformers (name mappings);
 - ``mhsa.core``: the attention function, masks, rotary positions, the KV cache, checks.
 
-This page's names are the ones the chapters teach.
+This page's names are the ones the chapters teach. A name imported as itself
+(``import X as X``) is importable as ``mhsa.X`` before a chapter teaches it, off ``__all__``.
 """
 
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
-from mhsa.attention.latent import MultiHeadLatentAttention  # noqa: F401  (no chapter yet)
+from mhsa.attention.latent import MultiHeadLatentAttention as MultiHeadLatentAttention
+from mhsa.attention.sinks import SinkAttention as SinkAttention
+from mhsa.attention.soft_capped import SoftCappedAttention as SoftCappedAttention
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
 from mhsa.core.functional import scaled_dot_product_attention
@@ -35,6 +38,7 @@ from mhsa.core.masks import (
 )
 from mhsa.core.patches import patchify, unpatchify
 from mhsa.core.rotary import apply_rotary
+from mhsa.core.sink_cache import SinkKVCache as SinkKVCache
 from mhsa.layers import DecoderLayer, EncoderLayer, FeedForward, SwiGLU
 from mhsa.models.causal_lm import CausalLM
 from mhsa.models.encoder_decoder import (

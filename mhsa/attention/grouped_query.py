@@ -160,24 +160,18 @@ class GroupedQueryAttention(Attention):
             attn_mask = attn_mask[..., attn_mask.shape[-1] - k.shape[2]:]  # the window's keys
         mask, square = combine_masks(attn_mask, q.shape[2], k.shape[2], is_causal=True,
                                      window=self.window, device=x.device)
-        p = self.dropout if self.training else 0.0
-        if need_weights:  # explicit: every query head reads its group's key/value head
-            k, v = repeat_kv_heads(k, h // g), repeat_kv_heads(v, h // g)
-            out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal=square,
-                                                        dropout_p=p)
-        else:  # fused: the kernel groups the heads without copying keys
-            out = fused_attention(q, k, v, mask, is_causal=square, dropout_p=p,
-                                  enable_gqa=g != h)
-            weights = None
+        out, weights = self.attend(q, k, v, mask, is_causal=square, need_weights=need_weights,
+                                   dropout_p=self.dropout if self.training else 0.0)
         out_weight = self.out_proj.weight if packed is None else packed[2]
         return F.linear(merge_heads(out), out_weight, self.out_proj.bias), weights
 
     def adjust_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor):
         """A variant's step on the split heads, before rotary positions; here they pass unchanged.
 
-        The extension point of the causal variants: a subclass overrides this one method to
-        change what the scores see, and keeps everything else (packing, positions, cache,
-        window, both kernels). Dividing each head's queries by its own temperature divides
+        The first extension point of the causal variants: a subclass overrides this one
+        method to change what the scores see, and keeps everything else (packing, positions,
+        cache, window, both kernels); one that changes the softmax instead overrides
+        :meth:`attend`. Dividing each head's queries by its own temperature divides
         its scores; an RMSNorm of each head's queries and keys is Qwen3's query/key norm.
 
         Args:
@@ -188,6 +182,44 @@ class GroupedQueryAttention(Attention):
             forward then rotates both in one call.
         """
         return q, k
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, *,
+               is_causal: bool, dropout_p: float, need_weights: bool):
+        """A variant's step from the split heads to the per-head outputs; here softmax attention.
+
+        The second extension point of the causal variants, next to
+        :meth:`adjust_queries_and_keys`: a subclass that changes the softmax itself (caps the
+        scores, adds a column to each row) overrides this one method and keeps the
+        projections, positions, cache and window of :meth:`forward`, which calls it after
+        rotary positions and the cache. Here: with ``need_weights`` the explicit path
+        (:func:`mhsa.scaled_dot_product_attention` after repeating each key/value head for
+        its ``r = h / g`` query heads), else torch's fused kernel, which groups the heads
+        itself.
+
+        Args:
+            q: queries ``[b, num_heads, n, head_dim]``, rotated.
+            k, v: keys and values ``[b, num_kv_heads, n_k, head_dim]``: the kept cached
+                positions first, then the ``n`` new ones.
+            mask: torch.bool, **True = may attend**, broadcastable to ``[b, h, n, n_k]`` (the
+                caller's ``attn_mask`` AND the causal or sliding-window mask), or None.
+            is_causal: with ``mask`` None, the only mask is causal and ``n == n_k``; a
+                variant that writes the scores out builds it with :func:`mhsa.causal_mask`.
+            dropout_p: probability of zeroing a weight, in ``[0, 1)`` (0 in eval mode).
+            need_weights: return the weights too.
+
+        Returns:
+            ``(out, weights)``: ``out`` ``[b, num_heads, n, head_dim]``; ``weights``
+            ``[b, num_heads, n, n_k]`` (before dropout) with ``need_weights``, else None.
+            A query with nothing to attend to gets zero weights and a zero output.
+        """
+        h, g = self.num_heads, self.num_kv_heads
+        if need_weights:  # explicit: every query head reads its group's key/value head
+            k, v = repeat_kv_heads(k, h // g), repeat_kv_heads(v, h // g)
+            return scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal,
+                                                dropout_p=dropout_p)
+        # fused: the kernel groups the heads without copying keys
+        return fused_attention(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p,
+                               enable_gqa=g != h), None
 
     def rotary_angles(self, positions=None, *, start: int = 0, n: int | None = None):
         """The ``mhsa.core.rotary.RotaryAngles`` of ``positions``, to pass as ``positions``.

@@ -2,5 +2,6 @@
 
 ``torch_nn.py``: ``torch.nn.MultiheadAttention`` and ``torch.nn.Transformer*Layer``;
 ``hf_llama.py``: transformers' Llama and Mistral causal LMs; ``hf_deepseek.py``: DeepSeek-V3's
-latent attention (transformers is never imported).
+latent attention; ``hf_attention_modules.py``: one transformers ``Gemma2Attention`` or
+``GptOssAttention`` (transformers is never imported).
 """
