@@ -19,6 +19,7 @@ This page's names are the ones the chapters teach.
 """
 
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
+from mhsa.attention.qk_norm import QKNormAttention  # noqa: F401 (not yet taught: not in __all__)
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
 from mhsa.core.functional import scaled_dot_product_attention
