@@ -21,6 +21,7 @@ This page's names are the ones the chapters teach. A name imported as itself
 
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
 from mhsa.attention.latent import MultiHeadLatentAttention as MultiHeadLatentAttention
+from mhsa.attention.qk_norm import QKNormAttention as QKNormAttention
 from mhsa.attention.sinks import SinkAttention as SinkAttention
 from mhsa.attention.soft_capped import SoftCappedAttention as SoftCappedAttention
 from mhsa.core.cache import KVCache

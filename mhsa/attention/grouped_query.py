@@ -23,7 +23,14 @@ from mhsa.core._packing import matvec_layout, stacked
 from mhsa.core.cache import KVCache
 from mhsa.core.functional import combine_masks, fused_attention, scaled_dot_product_attention
 from mhsa.core.heads import merge_heads, repeat_kv_heads, split_heads
-from mhsa.core.rotary import RotaryAngles, check_positions, kept_angles, rotary_angles, rotate
+from mhsa.core.rotary import (
+    RotaryAngles,
+    check_positions,
+    check_rope_scaling,
+    kept_angles,
+    rotary_angles,
+    rotate,
+)
 
 
 class GroupedQueryAttention(Attention):
@@ -50,6 +57,18 @@ class GroupedQueryAttention(Attention):
             then divide evenly); queries are ``h * d`` wide, keys and values ``g * d``.
         rope_base: rotary base ``theta`` (transformers' ``rope_theta``; 10000.0 in RoFormer
             and Llama 2), or None for no positions; ``head_dim`` must be even with it.
+        rope_scaling: None, or how to scale the rotary positions for sequences longer than
+            the training length: a dict with transformers' keys (``rope_parameters``
+            without ``rope_theta``): ``{"rope_type": "linear" | "dynamic" | "yarn" |
+            "llama3", "factor": ..., "original_max_position_embeddings": ..., ...}``, see
+            ``mhsa.core.rotary.rotary_frequencies``. An option of the rotary positions,
+            as in the reference code, not a variant. YaRN's attention factor multiplies
+            ``cos`` and ``sin`` (the scores by its square). Dynamic NTK reads the length of
+            each call, ``max(positions) + 1``: a decoding step rotates its new keys with the
+            frequencies of its own length and keeps the cached ones as they were, as
+            transformers' cached decoding does (a full pass rotates every key with the
+            frequencies of the full length, so cached and full passes differ beyond the
+            training length, in transformers too).
         window: sliding window, ``int >= 1`` (each query sees itself and the
             ``window - 1`` keys before it, :func:`mhsa.sliding_window_mask`), or None.
         bias: add a learnable bias to the four projections (Llama: False).
@@ -62,12 +81,16 @@ class GroupedQueryAttention(Attention):
         k_proj, v_proj: ``nn.Linear(embed_dim, g * d)``, applied the same way.
         out_proj: ``nn.Linear(h * d, embed_dim)``.
         embed_dim, num_heads, num_kv_heads, head_dim, rope_base, window, dropout: as above.
+        rope_scaling: the checked scaling dict (yarn's defaults filled in), or None.
 
     Raises:
         TypeError: a size that is not an int, ``dropout`` or ``rope_base`` not a number.
         ValueError: a size below 1, ``num_heads`` not divisible by ``num_kv_heads``,
             ``embed_dim`` not divisible by ``num_heads`` without ``head_dim``, ``dropout``
-            outside ``[0, 1)``, ``rope_base <= 0`` or an odd ``head_dim`` with ``rope_base``.
+            outside ``[0, 1)``, ``rope_base <= 0`` or an odd ``head_dim`` with ``rope_base``,
+            ``rope_scaling`` without ``rope_base``, or a scaling that
+            ``mhsa.core.rotary.check_rope_scaling`` refuses (which raises TypeError for
+            a scaling that is not a dict).
 
     Example::
 
@@ -79,11 +102,14 @@ class GroupedQueryAttention(Attention):
     Source: Ainslie et al. 2023, "GQA", section 2 (grouped-query); Shazeer 2019, "Fast
     Transformer Decoding: One Write-Head is All You Need" (multi-query); Su et al. 2021,
     "RoFormer", section 3.4 (rotary positions); Beltagy et al. 2020, "Longformer", section
-    3.1, and Jiang et al. 2023, "Mistral 7B", section 2 (sliding window).
+    3.1, and Jiang et al. 2023, "Mistral 7B", section 2 (sliding window); for
+    ``rope_scaling``, the sources of ``mhsa.core.rotary.rotary_frequencies`` (Chen et
+    al. 2023, position interpolation; Peng et al. 2023, "YaRN"; Llama 3.1).
     """
 
     def __init__(self, embed_dim, num_heads, num_kv_heads, *, head_dim=None, rope_base=None,
-                 window=None, bias=False, dropout=0.0, device=None, dtype=None):
+                 rope_scaling=None, window=None, bias=False, dropout=0.0, device=None,
+                 dtype=None):
         super().__init__()
         for name, n in [("embed_dim", embed_dim), ("num_heads", num_heads),
                         ("num_kv_heads", num_kv_heads)]:
@@ -95,6 +121,12 @@ class GroupedQueryAttention(Attention):
         self.head_dim = check_positive_int("head_dim", head_dim)
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.rope_base = _check_rope_base(rope_base, head_dim)
+        self.rope_scaling = check_rope_scaling(rope_scaling, head_dim)
+        if self.rope_scaling is not None and self.rope_base is None:
+            raise ValueError("`rope_scaling` scales rotary positions: pass a `rope_base` with it")
+        # the scaling as a hashable key of the kept angles (None: the unscaled fast path)
+        self._scaling_key = None if self.rope_scaling is None else \
+            tuple(sorted(self.rope_scaling.items()))
         self.window = None if window is None else check_int("window", window)
         self.dropout = check_probability("dropout", dropout)
         kw = {"bias": bias, "device": device, "dtype": dtype}
@@ -230,16 +262,21 @@ class GroupedQueryAttention(Attention):
 
         Returns:
             ``RotaryAngles(cos, sin)`` in the module's dtype: ``[n, d]`` each, or
-            ``[b, 1, n, d]`` for ``[b, n]`` positions; None without ``rope_base``.
+            ``[b, 1, n, d]`` for ``[b, n]`` positions; None without ``rope_base``. With
+            ``rope_scaling``, the scaled angles (times YaRN's attention factor); for dynamic
+            NTK, those of the length ``max(positions) + 1``, so the angles of a position
+            depend on the others asked for with it.
         """
         if self.rope_base is None:
             return None
-        dtype = self.q_proj.weight.dtype
+        dtype, scaling = self.q_proj.weight.dtype, self._scaling_key
         if positions is None:
             positions = torch.arange(start, start + n, device=self.q_proj.weight.device)
         if positions.dim() == 1:
-            return RotaryAngles(*kept_angles(positions, self.head_dim, self.rope_base, dtype))
-        cos, sin = rotary_angles(positions, self.head_dim, base=self.rope_base, dtype=dtype)
+            return RotaryAngles(*kept_angles(positions, self.head_dim, self.rope_base, dtype,
+                                             scaling))
+        cos, sin = rotary_angles(positions, self.head_dim, base=self.rope_base, dtype=dtype,
+                                 scaling=scaling)
         return RotaryAngles(cos[:, None], sin[:, None])  # [b, 1, n, d]: the same for every head
 
     def new_cache(self, *, capacity: int | None = None) -> KVCache:
@@ -288,6 +325,7 @@ class GroupedQueryAttention(Attention):
 
     def extra_repr(self) -> str:
         extra = "" if self.rope_base is None else f", rope_base={self.rope_base}"
+        extra += "" if self.rope_scaling is None else f", rope_scaling={self.rope_scaling}"
         extra += "" if self.window is None else f", window={self.window}"
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
                 f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}{extra}")

@@ -25,7 +25,7 @@ from mhsa.core._checks import (
     check_same_device,
 )
 from mhsa.core._packing import matvec_layout
-from mhsa.core.rotary import RotaryAngles, check_positions
+from mhsa.core.rotary import RotaryAngles, check_positions, depends_on_length
 from mhsa.interop.hf_llama import config_from_hf_llama, copy_hf_llama_weights
 from mhsa.layers.decoder_only import CausalLMLayer
 from mhsa.models import generation
@@ -48,6 +48,10 @@ class CausalLM(nn.Module):
         num_kv_heads: key/value heads; must divide ``num_heads`` (default ``num_heads``).
         qkv_dim: ``num_heads * head_dim`` (default ``embed_dim``).
         rope_base: rotary base ``theta`` (``rope_theta``), ``> 0``.
+        rope_scaling: None, or the scaling of the rotary positions for sequences longer
+            than the training length (linear, dynamic NTK, YaRN, Llama 3.1): a dict with
+            transformers' keys, see :class:`mhsa.GroupedQueryAttention` and
+            ``mhsa.core.rotary.rotary_frequencies``.
         window: sliding-window length (each query sees itself and ``window - 1`` keys
             before it), or ``None`` for full causal attention.
         norm_eps: epsilon of every RMSNorm, ``> 0``.
@@ -57,8 +61,8 @@ class CausalLM(nn.Module):
             :class:`mhsa.GroupedQueryAttention`), or a callable with no arguments that
             returns a new attention module of width ``embed_dim`` for each layer, e.g.
             ``lambda: mhsa.MultiHeadLatentAttention(embed_dim, num_heads, ...)``; then
-            ``num_kv_heads``, ``qkv_dim`` and ``window`` stay None (the callable decides) and
-            ``rope_base`` is not read.
+            ``num_kv_heads``, ``qkv_dim``, ``window`` and ``rope_scaling`` stay None (the
+            callable decides) and ``rope_base`` is not read.
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
@@ -73,9 +77,9 @@ class CausalLM(nn.Module):
         ValueError: a size below 1, ``norm_eps <= 0``, ``qkv_dim`` not divisible by
             ``num_heads``, an ``attention`` name that is not registered, or what
             :class:`mhsa.GroupedQueryAttention` refuses (``num_kv_heads`` not dividing
-            ``num_heads``, a bad ``window`` or ``rope_base``); a callable ``attention`` with
-            ``num_kv_heads``, ``qkv_dim`` or ``window``, or one that returns no attention
-            module of width ``embed_dim`` (``TypeError``).
+            ``num_heads``, a bad ``window``, ``rope_base`` or ``rope_scaling``); a callable
+            ``attention`` with ``num_kv_heads``, ``qkv_dim``, ``window`` or ``rope_scaling``,
+            or one that returns no attention module of width ``embed_dim`` (``TypeError``).
 
     Example::
 
@@ -90,9 +94,9 @@ class CausalLM(nn.Module):
     """
 
     def __init__(self, vocab_size, embed_dim, num_heads, ff_dim, num_layers, *,
-                 num_kv_heads=None, qkv_dim=None, rope_base=10000.0, window=None,
-                 norm_eps=1e-6, tie_embeddings=False, attention="grouped_query", device=None,
-                 dtype=None):
+                 num_kv_heads=None, qkv_dim=None, rope_base=10000.0, rope_scaling=None,
+                 window=None, norm_eps=1e-6, tie_embeddings=False, attention="grouped_query",
+                 device=None, dtype=None):
         super().__init__()
         for name, n in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
                         ("num_heads", num_heads), ("num_layers", num_layers)):
@@ -114,8 +118,8 @@ class CausalLM(nn.Module):
         self.embed = nn.Embedding(vocab_size, embed_dim, **kw)
         self.layers = nn.ModuleList(
             CausalLMLayer(embed_dim, num_heads, ff_dim, num_kv_heads=num_kv_heads,
-                          head_dim=head_dim, rope_base=rope_base, window=window,
-                          norm_eps=norm_eps, attention=attention, **kw)
+                          head_dim=head_dim, rope_base=rope_base, rope_scaling=rope_scaling,
+                          window=window, norm_eps=norm_eps, attention=attention, **kw)
             for _ in range(num_layers))
         self.norm = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
         self.lm_head = nn.Linear(embed_dim, vocab_size, bias=False, **kw)
@@ -123,6 +127,8 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.embed.weight
         self._packed_lm_head = None  # lm_head's weight in matvec layout, see pack_projections
         self._angle_table = None  # RotaryAngles of positions 0, 1, ..., see _rotary_angles
+        # dynamic NTK: a position's angles depend on the call's length, so no table
+        self._table_of_angles = not depends_on_length(rope_scaling)  # checked by the layers
 
     def forward(self, ids: torch.Tensor, *, attn_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, cache: list | None = None,
@@ -188,10 +194,11 @@ class CausalLM(nn.Module):
 
         The default positions are read from a table of every position so far, kept between
         calls and doubled when outgrown: a decoding step slices one row of it instead of
-        computing angles. None without rotary positions.
+        computing angles. Not with dynamic NTK scaling, whose angles depend on the length of
+        the call. None without rotary positions.
         """
         attn = self.layers[0].attn
-        if positions is not None or torch.compiler.is_compiling():
+        if positions is not None or torch.compiler.is_compiling() or not self._table_of_angles:
             return attn.rotary_angles(positions, start=start, n=n)
         table, weight = self._angle_table, self.embed.weight
         if table is None or len(table.cos) < start + n or table.cos.dtype != weight.dtype \
@@ -305,12 +312,23 @@ class CausalLM(nn.Module):
         """A copy of a transformers ``LlamaForCausalLM`` or ``MistralForCausalLM``, same weights.
 
         Reads from ``model.config``: sizes, ``num_key_value_heads``, ``head_dim`` (mapped
-        onto ``qkv_dim = num_heads * head_dim``), the rope theta (``rope_parameters`` in
-        transformers 5.x), ``rms_norm_eps``, ``sliding_window`` (Mistral only, whose config
-        defaults to 4096; a Llama config may carry the key, but transformers' Llama ignores
-        it, and so does this copy) and ``tie_word_embeddings``. transformers is not imported: any
-        object with that config and those submodules works. The copy has the model's
-        device and dtype, and is in eval mode.
+        onto ``qkv_dim = num_heads * head_dim``), the rope theta and scaling
+        (``rope_parameters`` in transformers 5.x: rope types default, linear, dynamic, yarn
+        and llama3, see ``mhsa.interop.hf_llama.rope_from_hf``), ``rms_norm_eps``,
+        ``sliding_window`` (Mistral only, whose config defaults to 4096; a Llama config may
+        carry the key, but transformers' Llama ignores it, and so does this copy) and
+        ``tie_word_embeddings``. transformers is not imported: any object with that config
+        and those submodules works. The copy has the model's device and dtype, and is in
+        eval mode.
+
+        Dynamic NTK: transformers' rotary module keeps the frequencies of the longest call so
+        far until a call shorter than ``max_position_embeddings`` resets them; this copy
+        keeps nothing and computes each call's frequencies from that call's longest
+        position. The two agree call by call when the model is fresh (or was reset) and
+        calls do not get shorter beyond ``max_position_embeddings``, as in ``generate``
+        with or without the cache. Cached and uncached decoding differ from each other
+        beyond that length, in both (the cached keys keep the frequencies they were rotated
+        with).
 
         Args:
             model: a ``LlamaForCausalLM`` or ``MistralForCausalLM``.
@@ -321,8 +339,9 @@ class CausalLM(nn.Module):
         Raises:
             TypeError: ``model`` is not a transformers Llama or Mistral causal LM.
             ValueError: an architecture this class cannot represent: a rope type other
-                than ``"default"``, attention or MLP biases, an activation other than SiLU, or
-                attention dropout.
+                than default, linear, dynamic, yarn and llama3 (longrope, say), a
+                ``partial_rotary_factor`` below 1, attention or MLP biases, an activation
+                other than SiLU, or attention dropout.
         """
         config = config_from_hf_llama(model)
         weight = model.lm_head.weight
