@@ -106,7 +106,8 @@ class SinkAttention(GroupedQueryAttention):
 
         Raises:
             TypeError: ``module`` is not a ``GptOssAttention``.
-            ValueError: rotary scaling (gpt-oss's own configs use YaRN).
+            ValueError: a rope type mhsa does not scale (gpt-oss's own YaRN it does:
+                ``rope_scaling`` is copied).
         """
         config = config_from_hf_gpt_oss_attention(module)
         ours = cls(**config, device=module.q_proj.weight.device,

@@ -105,7 +105,7 @@ class SoftCappedAttention(GroupedQueryAttention):
 
         Raises:
             TypeError: ``module`` is not a ``Gemma2Attention``.
-            ValueError: a setting it cannot represent: rotary scaling, no soft-capping,
+            ValueError: a setting it cannot represent: a rope type mhsa does not scale, no soft-capping,
                 bidirectional attention.
         """
         config = config_from_hf_gemma2_attention(module)

@@ -5,7 +5,7 @@ transformers is never imported here: the functions read the module they are give
 from what these return (``mhsa.attention.soft_capped``, ``mhsa.attention.sinks``).
 """
 
-from mhsa.interop.hf_llama import _rope_parameters
+from mhsa.interop.hf_llama import rope_from_hf
 from mhsa.interop.weights import copy_weights
 
 _PROJECTIONS = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj",
@@ -17,14 +17,15 @@ def config_from_hf_gemma2_attention(module) -> dict:
     transformers ``Gemma2Attention``.
 
     Returns:
-        ``{"embed_dim", "num_heads", "num_kv_heads", "head_dim", "rope_base", "window",
-        "bias", "dropout", "softcap", "scale"}``: ``window`` is the module's
+        ``{"embed_dim", "num_heads", "num_kv_heads", "head_dim", "rope_base",
+        "rope_scaling", "window", "bias", "dropout", "softcap", "scale"}``: ``window`` is the module's
         ``sliding_window`` (None on a full layer), ``softcap`` its config's
         ``attn_logit_softcapping``, ``scale`` its ``query_pre_attn_scalar ** -0.5``.
 
     Raises:
         TypeError: ``module`` is not a ``Gemma2Attention``.
-        ValueError: rotary scaling, ``attn_logit_softcapping=None`` or bidirectional
+        ValueError: a rope type mhsa does not scale
+            (``mhsa.interop.hf_llama.rope_from_hf``), ``attn_logit_softcapping=None`` or bidirectional
             attention (``use_bidirectional_attention=True``).
     """
     config = _config_of(module, "Gemma2Attention", "gemma2")
@@ -43,13 +44,14 @@ def config_from_hf_gpt_oss_attention(module) -> dict:
     ``GptOssAttention``.
 
     Returns:
-        ``{"embed_dim", "num_heads", "num_kv_heads", "head_dim", "rope_base", "window",
-        "bias", "dropout"}``: ``window`` is the module's ``sliding_window`` (None on a full
+        ``{"embed_dim", "num_heads", "num_kv_heads", "head_dim", "rope_base",
+        "rope_scaling", "window", "bias", "dropout"}``: ``window`` is the module's ``sliding_window`` (None on a full
         layer); gpt-oss's projections have biases (``attention_bias=True``).
 
     Raises:
         TypeError: ``module`` is not a ``GptOssAttention``.
-        ValueError: rotary scaling (gpt-oss ships YaRN; only ``rope_type="default"`` here).
+        ValueError: a rope type mhsa does not scale (``mhsa.interop.hf_llama.rope_from_hf``;
+            gpt-oss ships YaRN, which it does).
     """
     config = _config_of(module, "GptOssAttention", "gpt_oss")
     _refuse(config, [])
@@ -86,23 +88,21 @@ def _config_of(module, class_name: str, model_type: str):
 
 
 def _refuse(config, problems: list) -> None:
-    rope = _rope_parameters(config)
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    problems = [(rope_type != "default",
-                 f"rope type {rope_type!r} (only 'default' rotary embeddings, without scaling)"),
-                *problems]
+    rope_from_hf(config)  # a rope type or partial rotation that mhsa cannot represent
     for bad, what in problems:
         if bad:
             raise ValueError(f"`module` has {what}: the mhsa attention cannot represent it")
 
 
 def _common(module, config) -> dict:
+    rope_base, rope_scaling = rope_from_hf(config)
     return {
         "embed_dim": config.hidden_size,
         "num_heads": config.num_attention_heads,
         "num_kv_heads": config.num_key_value_heads,
         "head_dim": module.head_dim,
-        "rope_base": float(_rope_parameters(config).get("rope_theta", 10000.0)),
+        "rope_base": rope_base,
+        "rope_scaling": rope_scaling,
         "window": module.sliding_window,
         "bias": module.q_proj.bias is not None,
         "dropout": float(config.attention_dropout or 0.0),

@@ -12,10 +12,13 @@ Each layer is two pre-norm residual sublayers, and the whole model is a straight
     logits = lm_head(norm(x))                             # [b, n, vocab_size]
 """
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mhsa.attention.latent import MultiHeadLatentAttention
 from mhsa.core._checks import (
     check_bool_mask,
     check_divisible,
@@ -26,6 +29,7 @@ from mhsa.core._checks import (
 )
 from mhsa.core._packing import matvec_layout
 from mhsa.core.rotary import RotaryAngles, check_positions, depends_on_length
+from mhsa.interop.hf_causal_lm import config_from_hf, copy_hf_weights
 from mhsa.interop.hf_llama import config_from_hf_llama, copy_hf_llama_weights
 from mhsa.layers.decoder_only import CausalLMLayer
 from mhsa.models import generation
@@ -306,6 +310,43 @@ class CausalLM(nn.Module):
             self, ids, max_new_tokens, attention_mask=attention_mask,
             eos_token_id=eos_token_id, temperature=temperature, top_k=top_k, top_p=top_p,
             generator=generator, use_cache=use_cache)
+
+    @classmethod
+    def from_hf(cls, model) -> "CausalLM":
+        """A copy of a transformers Llama, Mistral, Qwen3 or DeepSeek-V3 causal LM, same weights.
+
+        Llama and Mistral as :meth:`from_hf_llama`; Qwen3 with
+        :class:`mhsa.QKNormAttention` in every layer (``attention="qk_norm"``, the norms'
+        epsilon copied); DeepSeek-V3 with :class:`mhsa.MultiHeadLatentAttention` in every
+        layer (built by a callable ``attention``). Rope scaling as :meth:`from_hf_llama`
+        (DeepSeek-V3: none). transformers is not imported: any object with that class name,
+        config and submodules works. The copy has the model's device and dtype and is in
+        eval mode.
+
+        Args:
+            model: a ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM`` or
+                ``DeepseekV3ForCausalLM`` whose layers are all dense.
+
+        Returns:
+            a :class:`CausalLM` whose logits equal the model's (float32: within 1e-4), with
+            and without the cache.
+
+        Raises:
+            TypeError: ``model`` is none of those classes.
+            ValueError: what ``mhsa.interop.hf_causal_lm.config_from_hf`` refuses:
+                mixture-of-experts layers (DeepSeek-V3 past ``first_k_dense_replace``),
+                biases, an activation other than SiLU, attention dropout, a rope type
+                mhsa does not scale, Qwen3 with sliding layers among full ones.
+        """
+        config = config_from_hf(model)
+        latent = config.pop("latent", None)
+        weight = model.lm_head.weight
+        kw = {"device": weight.device, "dtype": weight.dtype}
+        if latent is not None:
+            config["attention"] = functools.partial(MultiHeadLatentAttention, **latent, **kw)
+        ours = cls(**config, **kw)
+        copy_hf_weights(ours, model)
+        return ours.eval()
 
     @classmethod
     def from_hf_llama(cls, model) -> "CausalLM":

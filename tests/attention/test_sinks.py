@@ -134,10 +134,25 @@ def test_sinks_learn():
 def test_from_hf_gpt_oss_refuses_what_it_cannot_represent():
     with pytest.raises(TypeError, match="must be a transformers GptOssAttention, got Linear"):
         SinkAttention.from_hf_gpt_oss(torch.nn.Linear(2, 2))
-    yarn = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
-            "original_max_position_embeddings": 64}
-    with pytest.raises(ValueError, match="rope type 'yarn'"):
-        SinkAttention.from_hf_gpt_oss(gpt_oss_attention(0, rope_parameters=yarn))
+    longrope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+                "long_factor": [2.0] * 4, "original_max_position_embeddings": 4}
+    with pytest.raises(ValueError, match="rope type 'longrope'"):
+        SinkAttention.from_hf_gpt_oss(gpt_oss_attention(0, rope_parameters=longrope,
+                                                        max_position_embeddings=16))
+
+
+@pytest.mark.parametrize("layer_idx", [0, 1], ids=["sliding", "full"])
+def test_from_hf_gpt_oss_copies_its_yarn_scaling(layer_idx):
+    """gpt-oss ships YaRN (factor 32 over 4096 positions, truncate False); here factor 4 over
+    4 positions, so that the 9 tokens run past the training length."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0, "beta_fast": 32.0,
+            "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4}
+    theirs = gpt_oss_attention(layer_idx, rope_parameters=yarn, max_position_embeddings=16)
+    ours = SinkAttention.from_hf_gpt_oss(theirs)
+    assert ours.rope_scaling["rope_type"] == "yarn"
+    x = torch.randn(2, N, EMBED, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], run_gpt_oss(theirs, x)[0], **DOCUMENTED_FLOAT32)
 
 
 def test_causal_lm_builds_it_and_its_cache_decodes_the_same():

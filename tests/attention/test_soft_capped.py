@@ -145,9 +145,14 @@ def test_from_hf_gemma2_refuses_what_it_cannot_represent():
         SoftCappedAttention.from_hf_gemma2(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="attn_logit_softcapping=None"):
         SoftCappedAttention.from_hf_gemma2(gemma2_attention(0, attn_logit_softcapping=None))
+    longrope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+                "long_factor": [2.0] * 4, "original_max_position_embeddings": 4}
+    with pytest.raises(ValueError, match="rope type 'longrope'"):
+        SoftCappedAttention.from_hf_gemma2(gemma2_attention(0, rope_parameters=longrope,
+                                                            max_position_embeddings=16))
     linear = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
-    with pytest.raises(ValueError, match="rope type 'linear'"):
-        SoftCappedAttention.from_hf_gemma2(gemma2_attention(0, rope_parameters=linear))
+    assert SoftCappedAttention.from_hf_gemma2(
+        gemma2_attention(0, rope_parameters=linear)).rope_scaling["factor"] == 2.0
 
 
 def test_causal_lm_builds_it_and_its_cache_decodes_the_same():
