@@ -356,6 +356,8 @@ def _call_frequencies(positions, d, base, scaling, work):
     if scaling["rope_type"] == "dynamic":  # a tensor: no wait for the device's values
         seq_len = positions.amax() + 1 if positions.numel() else None
         return _scaled_frequencies(d, base, scaling, seq_len, work, positions.device)
+    if torch.compiler.is_compiling():  # traced inline, nothing kept
+        return _scaled_frequencies(d, base, scaling, None, work, positions.device)
     return _kept_scaled_frequencies(d, base, tuple(sorted(scaling.items())), work,
                                     positions.device)
 

@@ -90,7 +90,7 @@ def rope_from_hf(config) -> tuple:
     if kind not in ROPE_SCALING_KEYS:
         raise ValueError(f"`model` has rope type {kind!r} (mhsa scales rotary positions with "
                          f"{sorted(ROPE_SCALING_KEYS)}): mhsa cannot represent it")
-    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+    if rope.get("partial_rotary_factor") not in (None, 1, 1.0):
         raise ValueError(f"`model` has partial_rotary_factor="
                          f"{rope['partial_rotary_factor']} (rotary positions on every "
                          "dimension only): mhsa cannot represent it")

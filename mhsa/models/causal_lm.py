@@ -269,7 +269,9 @@ class CausalLM(nn.Module):
         ``benchmarks/bench_generate.py``). Greedy tokens are then the same unless the two
         largest logits of a step are closer than that. In bfloat16 or float16 the rounding is
         about 1e-2 (bfloat16) or 1e-3 (float16), and the tokens can and do diverge (those of
-        transformers' cached and uncached generation too).
+        transformers' cached and uncached generation too). With dynamic NTK scaling
+        (``rope_scaling``) the two differ past the training length by design: each step
+        rotates with the frequencies of its own length, and the cached keys keep theirs.
 
         Args:
             ids: prompt ``[batch, n]``, integer tensor, ``n >= 1``.

@@ -439,3 +439,16 @@ def test_rope_scaling_kept_angles_equal_computed_ones(name):
         expected = rotary_angles(positions, 8, base=100.0, scaling=SCALINGS[name])
         assert all(torch.equal(a, b) for a, b in zip(got, expected))
     assert not torch.equal(plain.rotary_angles(positions).cos, got.cos)  # not the unscaled ones
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="no torch.compile here")
+@pytest.mark.parametrize("name", ["yarn", "dynamic"])
+def test_rope_scaling_compiles_without_graph_break(name):
+    """Under torch.compile the scaled frequencies are traced inline; dynamic NTK's length is
+    a tensor (``max(positions) + 1``), never read back. backend="eager": tracing only."""
+    mha = make(2, seed=6, rope_base=100.0, rope_scaling=SCALINGS[name])
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: mha(x)[0], fullgraph=True, backend="eager")
+    x = torch.randn(2, 9, EMBED, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), mha(x)[0], **TOL32)
