@@ -306,8 +306,8 @@ def plot_encoder_decoder(model, *, width: float = 7.8):
     Right: the target shifted right, ``tgt_embed`` plus positions, one block per decoder
     layer (``self_attn`` with the causal mask, ``cross_attn``, ``feed_forward``), the final
     LayerNorm when pre-norm, ``lm_head`` and the logits. One blue line carries ``memory``
-    to the ``cross_attn`` of *every* decoder layer (as :class:`mhsa.models.encoder_decoder.Decoder`
-    passes the same memory to each). The numbers of layers, the widths, the heads and the
+    to the ``cross_attn`` of *every* decoder layer (as :class:`mhsa.Decoder` passes the same
+    memory to each). The numbers of layers, the widths, the heads and the
     vocabulary sizes are the model's.
 
     The memory arrows carry the matplotlib ``gid`` ``"memory->decoder.layers.K.cross_attn"``
