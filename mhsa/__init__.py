@@ -20,6 +20,7 @@ This page's names are the ones the chapters teach. A name imported as itself
 """
 
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
+from mhsa.attention.from_hf import attention_from_hf as attention_from_hf
 from mhsa.attention.latent import MultiHeadLatentAttention as MultiHeadLatentAttention
 from mhsa.attention.qk_norm import QKNormAttention as QKNormAttention
 from mhsa.attention.sinks import SinkAttention as SinkAttention

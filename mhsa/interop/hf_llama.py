@@ -157,3 +157,45 @@ def hf_llama_pairs(model, num_layers: int, tie_embeddings: bool) -> list:
         pairs += [(f"layers.{k}.{mine}.weight", layer.get_submodule(their).weight)
                   for mine, their in names.items()]
     return pairs
+
+
+ATTENTION_MODULES = {"LlamaAttention": "llama", "MistralAttention": "mistral"}
+
+
+def config_from_hf_llama_attention(module) -> dict:
+    """Keyword arguments of :class:`mhsa.GroupedQueryAttention` for one Llama/Mistral layer.
+
+    Args:
+        module: a transformers ``LlamaAttention`` or ``MistralAttention``
+            (``model.model.layers[k].self_attn``).
+
+    Returns:
+        ``{"embed_dim", "num_heads", "num_kv_heads", "head_dim", "rope_base",
+        "rope_scaling", "window", "bias"}``; ``window`` is Mistral's ``sliding_window``
+        (None for Llama).
+
+    Raises:
+        TypeError: ``module`` is neither class.
+        ValueError: attention dropout, or a rope type mhsa does not scale
+            (:func:`rope_from_hf`).
+    """
+    name = type(module).__name__
+    config = getattr(module, "config", None)
+    if getattr(config, "model_type", None) != ATTENTION_MODULES.get(name, ""):
+        raise TypeError(f"`module` must be a transformers LlamaAttention or MistralAttention, "
+                        f"got {name}")
+    if getattr(config, "attention_dropout", 0.0):
+        raise ValueError(f"`module` has attention_dropout={config.attention_dropout} (no "
+                         "dropout): mhsa cannot represent it")
+    rope_base, rope_scaling = rope_from_hf(config)
+    return {
+        "embed_dim": config.hidden_size,
+        "num_heads": config.num_attention_heads,
+        "num_kv_heads": config.num_key_value_heads or config.num_attention_heads,
+        "head_dim": module.head_dim,
+        "rope_base": rope_base,
+        "rope_scaling": rope_scaling,
+        "window": getattr(config, "sliding_window", None) if config.model_type in WINDOWED
+        else None,
+        "bias": module.q_proj.bias is not None,
+    }
