@@ -21,6 +21,7 @@ This page's names are the ones the chapters teach.
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
+from mhsa.core.flash import FlashAttention2, flash_attention
 from mhsa.core.functional import scaled_dot_product_attention
 from mhsa.core.masks import (
     causal_mask,
@@ -53,6 +54,7 @@ __all__ = [
     "Encoder",
     "EncoderDecoder",
     "EncoderLayer",
+    "FlashAttention2",
     "FeedForward",
     "GroupedQueryAttention",
     "KVCache",
@@ -63,6 +65,7 @@ __all__ = [
     "apply_rotary",
     "causal_mask",
     "default_device",
+    "flash_attention",
     "mask_from_additive",
     "mask_from_torch_mha",
     "mask_to_additive",
