@@ -59,38 +59,40 @@ class FlashAttention2(torch.autograd.Function):
             ``[..., n_q]``, the log-sum-exp of each query row's scaled scores, in float32 or
             float64 (``-inf`` for a query with no key to attend to, whose output is zero).
         """
-        n_q, n_k, shift = query.shape[-2], key.shape[-2], key.shape[-2] - query.shape[-2]
-        acc = torch.promote_types(query.dtype, torch.float32)  # statistics kept in float32+
-        lead = query.shape[:-2]
+        n_q, n_k, d_v = query.shape[-2], key.shape[-2], value.shape[-1]
+        shift = n_k - n_q  # causal: query i sees key j when j <= i + shift
+        acc = torch.promote_types(query.dtype, torch.float32)  # statistics: float32 or more
+        lead, device = query.shape[:-2], query.device
         if mask is not None:
             mask = mask.expand(*lead, n_q, n_k)  # a view: no [n_q, n_k] copy per batch
-        output = query.new_empty(*lead, n_q, value.shape[-1])
-        lse = torch.empty(*lead, n_q, dtype=acc, device=query.device)
+        output = query.new_empty(*lead, n_q, d_v)
+        lse = torch.empty(*lead, n_q, dtype=acc, device=device)
         for i0 in range(0, n_q, block_q):  # line 3: one query tile Q_i at a time
             i1 = min(i0 + block_q, n_q)
             q = query[..., i0:i1, :].to(acc)
-            m = torch.full((*lead, i1 - i0), float("-inf"), dtype=acc, device=query.device)
+            m = torch.full((*lead, i1 - i0), -math.inf, dtype=acc, device=device)
             ell = torch.zeros_like(m)  # running sum of exp(s - m)
-            o = torch.zeros(*lead, i1 - i0, value.shape[-1], dtype=acc, device=query.device)
-            last = n_k if not is_causal else min(n_k, i1 + shift)  # keys past it: all masked
-            for j0 in range(0, last, block_k):  # line 6: stream K_j, V_j
+            o = torch.zeros(*lead, i1 - i0, d_v, dtype=acc, device=device)
+            last = min(n_k, i1 + shift) if is_causal else n_k  # later keys: all masked
+            for j0 in range(0, last, block_k):  # line 6: stream K_j and V_j past Q_i
                 j1 = min(j0 + block_k, n_k)
-                s = einsum(q, key[..., j0:j1, :].to(acc), "... i d, ... j d -> ... i j") * scale
-                allowed = _tile_mask(mask, is_causal, i0, i1, j0, j1, shift, query.device)
+                k, v = key[..., j0:j1, :].to(acc), value[..., j0:j1, :].to(acc)
+                s = einsum(q, k, "... i d, ... j d -> ... i j") * scale  # line 8
+                allowed = _tile_mask(mask, is_causal, i0, i1, j0, j1, shift, device)
                 if allowed is not None:
-                    s = s.masked_fill(~allowed, float("-inf"))
+                    s = s.masked_fill(~allowed, -math.inf)
                 m_new = torch.maximum(m, s.amax(dim=-1))  # line 9: running max
-                m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows seen no key yet
-                p = torch.exp(s - m_safe[..., None])  # unnormalised weights of the tile
+                m_safe = m_new.masked_fill(m_new == -math.inf, 0.0)  # rows with no key yet
+                p = torch.exp(s - m_safe[..., None])  # the tile's unnormalised weights
                 rescale = torch.exp(m - m_safe)  # earlier terms, relative to the new max
-                ell = rescale * ell + p.sum(dim=-1)
-                o = rescale[..., None] * o + einsum(  # line 10: output accumulator
-                    p, value[..., j0:j1, :].to(acc), "... i j, ... j d -> ... i d")
+                ell = rescale * ell + p.sum(dim=-1)  # running sum
+                pv = einsum(p, v, "... i j, ... j d -> ... i d")
+                o = rescale[..., None] * o + pv  # line 10: the output accumulator
                 m = m_new
-            empty = ell == 0  # a query with no key to attend to: output 0, lse -inf
-            output[..., i0:i1, :] = (o / ell.masked_fill(empty, 1.0)[..., None]).to(query.dtype)
-            lse[..., i0:i1] = m + torch.log(ell)  # line 13: L_i = m_i + log(l_i)
-        ctx.save_for_backward(query, key, value, output, lse)  # line 15: O and L, nothing n^2
+            ell_safe = ell.masked_fill(ell == 0, 1.0)  # no key to attend to: output 0
+            output[..., i0:i1, :] = (o / ell_safe[..., None]).to(query.dtype)  # line 12
+            lse[..., i0:i1] = m + torch.log(ell)  # line 13: L_i = m_i + log(l_i), or -inf
+        ctx.save_for_backward(query, key, value, output, lse)  # O and L: nothing n^2
         ctx.mask, ctx.is_causal, ctx.scale = mask, is_causal, scale
         ctx.block_q, ctx.block_k = block_q, block_k
         ctx.mark_non_differentiable(lse)
@@ -112,31 +114,33 @@ class FlashAttention2(torch.autograd.Function):
         """
         query, key, value, output, lse = ctx.saved_tensors
         mask, is_causal, scale = ctx.mask, ctx.is_causal, ctx.scale
-        n_q, n_k, shift = query.shape[-2], key.shape[-2], key.shape[-2] - query.shape[-2]
-        acc = lse.dtype
+        n_q, n_k = query.shape[-2], key.shape[-2]
+        shift, acc, device = n_k - n_q, lse.dtype, query.device
         d_out = grad_output.to(acc)
         delta = (d_out * output.to(acc)).sum(dim=-1)  # line 4: D = rowsum(dO * O)
-        lse_safe = lse.masked_fill(lse == float("-inf"), 0.0)  # rows with no key: p = 0
+        lse_safe = lse.masked_fill(lse == -math.inf, 0.0)  # rows with no key: p = 0
         grad_q = torch.zeros_like(query, dtype=acc)
-        grad_k, grad_v = torch.zeros_like(key, dtype=acc), torch.zeros_like(value, dtype=acc)
+        grad_k, grad_v = torch.empty_like(key, dtype=acc), torch.empty_like(value, dtype=acc)
         for j0 in range(0, n_k, ctx.block_k):  # line 5: one key and value tile at a time
             j1 = min(j0 + ctx.block_k, n_k)
             k, v = key[..., j0:j1, :].to(acc), value[..., j0:j1, :].to(acc)
+            dk, dv = torch.zeros_like(k), torch.zeros_like(v)  # line 7: kept on chip
             first = 0 if not is_causal else max(0, j0 - shift)  # earlier queries see none
             for i0 in range(first - first % ctx.block_q, n_q, ctx.block_q):  # line 8
                 i1 = min(i0 + ctx.block_q, n_q)
                 q = query[..., i0:i1, :].to(acc)
                 s = einsum(q, k, "... i d, ... j d -> ... i j") * scale  # line 10, recomputed
-                allowed = _tile_mask(mask, is_causal, i0, i1, j0, j1, shift, query.device)
+                allowed = _tile_mask(mask, is_causal, i0, i1, j0, j1, shift, device)
                 if allowed is not None:
-                    s = s.masked_fill(~allowed, float("-inf"))
+                    s = s.masked_fill(~allowed, -math.inf)
                 p = torch.exp(s - lse_safe[..., i0:i1, None])  # line 11: the weights again
                 do = d_out[..., i0:i1, :]
-                grad_v[..., j0:j1, :] += einsum(p, do, "... i j, ... i d -> ... j d")  # 12
+                dv += einsum(p, do, "... i j, ... i d -> ... j d")  # line 12
                 dp = einsum(do, v, "... i d, ... j d -> ... i j")  # line 13
                 ds = p * (dp - delta[..., i0:i1, None])  # line 14: softmax's backward
-                grad_q[..., i0:i1, :] += einsum(ds, k, "... i j, ... j d -> ... i d") * scale
-                grad_k[..., j0:j1, :] += einsum(ds, q, "... i j, ... i d -> ... j d") * scale
+                grad_q[..., i0:i1, :] += einsum(ds, k, "... i j, ... j d -> ... i d") * scale  # 15
+                dk += einsum(ds, q, "... i j, ... i d -> ... j d") * scale  # line 16
+            grad_k[..., j0:j1, :], grad_v[..., j0:j1, :] = dk, dv  # line 18: written once
         return (grad_q.to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype),
                 None, None, None, None, None)
 
