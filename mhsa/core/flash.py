@@ -23,7 +23,7 @@ from mhsa.core.functional import prepare_mask
 class FlashAttention2(torch.autograd.Function):
     """FlashAttention-2 as a ``torch.autograd.Function``: tiled forward, recomputing backward.
 
-    Call it through :func:`flash_attention`, which checks the arguments; ``apply`` takes them
+    Call it through :func:`mhsa.flash_attention`, which checks the arguments; ``apply`` takes them
     already checked, positionally: ``FlashAttention2.apply(query, key, value, mask, is_causal,
     scale, block_q, block_k)`` returns ``(output, lse)``.
 
@@ -104,7 +104,7 @@ class FlashAttention2(torch.autograd.Function):
         """Algorithm 2: for each key and value tile, revisit the query tiles and recompute.
 
         Args:
-            ctx: autograd's context, holding what :meth:`forward` saved.
+            ctx: autograd's context, holding what :meth:`mhsa.FlashAttention2.forward` saved.
             grad_output (torch.Tensor): ``[..., n_q, d_v]``, the gradient of the output.
             grad_lse (torch.Tensor | None): ignored (``lse`` is not differentiable).
 
@@ -174,7 +174,7 @@ def flash_attention(
     keys and values past it ``block_k`` rows at a time with a running maximum, a running sum
     and an output accumulator per query row (the online softmax). It stores the output and
     each row's log-sum-exp; the backward pass recomputes every tile of weights from them
-    (:class:`FlashAttention2`). In plain PyTorch loops: it teaches the algorithm, it is not
+    (:class:`mhsa.FlashAttention2`). In plain PyTorch loops: it teaches the algorithm, it is not
     fast. Equivalent to::
 
         weights = softmax(query @ key^T * scale, masked where not allowed)
