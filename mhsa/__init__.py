@@ -27,6 +27,7 @@ from mhsa.attention.sinks import SinkAttention as SinkAttention
 from mhsa.attention.soft_capped import SoftCappedAttention as SoftCappedAttention
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
+from mhsa.core.flash import FlashAttention2, flash_attention
 from mhsa.core.functional import scaled_dot_product_attention
 from mhsa.core.masks import (
     causal_mask,
@@ -60,6 +61,7 @@ __all__ = [
     "Encoder",
     "EncoderDecoder",
     "EncoderLayer",
+    "FlashAttention2",
     "FeedForward",
     "GroupedQueryAttention",
     "KVCache",
@@ -70,6 +72,7 @@ __all__ = [
     "apply_rotary",
     "causal_mask",
     "default_device",
+    "flash_attention",
     "mask_from_additive",
     "mask_from_torch_mha",
     "mask_to_additive",
