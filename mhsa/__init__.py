@@ -22,9 +22,9 @@ This page's names are the ones the chapters teach. A name imported as itself
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
 from mhsa.attention.from_hf import attention_from_hf as attention_from_hf
 from mhsa.attention.latent import MultiHeadLatentAttention as MultiHeadLatentAttention
-from mhsa.attention.qk_norm import QKNormAttention as QKNormAttention
-from mhsa.attention.sinks import SinkAttention as SinkAttention
-from mhsa.attention.soft_capped import SoftCappedAttention as SoftCappedAttention
+from mhsa.attention.qk_norm import QKNormAttention
+from mhsa.attention.sinks import SinkAttention
+from mhsa.attention.soft_capped import SoftCappedAttention
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
 from mhsa.core.flash import FlashAttention2, flash_attention
@@ -41,7 +41,7 @@ from mhsa.core.masks import (
 )
 from mhsa.core.patches import patchify, unpatchify
 from mhsa.core.rotary import apply_rotary
-from mhsa.core.sink_cache import SinkKVCache as SinkKVCache
+from mhsa.core.sink_cache import SinkKVCache
 from mhsa.layers import DecoderLayer, EncoderLayer, FeedForward, SwiGLU
 from mhsa.models.causal_lm import CausalLM
 from mhsa.models.encoder_decoder import (
@@ -66,6 +66,10 @@ __all__ = [
     "GroupedQueryAttention",
     "KVCache",
     "MultiHeadAttention",
+    "QKNormAttention",
+    "SinkAttention",
+    "SinkKVCache",
+    "SoftCappedAttention",
     "SwiGLU",
     "TokenEmbedding",
     "VisionTransformer",

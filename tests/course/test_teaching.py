@@ -57,6 +57,10 @@ DERIVED = {
     "11.1": 32 * (4096 - 1),  # each layer reaches window - 1 positions further back
     "11.2": 2 * 32 * 8 * 128 * 2 * 4096 / 2**20,  # per-token bytes times the window, in MiB
     "11.3": 3,  # "x a b c d x a b": the last b's earlier copy sits at 2, the token after it at 3
+    "13.1": math.sqrt(128),  # normed q and k have length sqrt(d): at most d / sqrt(d)
+    "13.2": 50 * math.tanh(100 / 50),  # cap * tanh(score / cap)
+    "13.3": (0.1 * math.log(16384 / 4096) + 1) ** 2,  # on cos and sin, so twice on a score
+    "13.4": 2 * 32 * 32 * 128 * 2 * (4 + 1020) / 2**20,  # sinks and window, in MiB
 }
 
 
