@@ -62,6 +62,10 @@ def requirements(cells) -> tuple[list[str], list[str]]:
     if any("head_view(" in "".join(c["source"]) for c in cells[1:] if c["cell_type"] == "code"):
         modules.append("plotly")  # mhsa.course.plotting.head_view imports it when called
         extras.add("viz")
+    if any("mhsa.course.manual_text" in "".join(c["source"]) for c in cells[1:]
+           if c["cell_type"] == "code"):
+        modules.append("tokenizers")  # chapter 10's tokenizer, which manual_text imports
+        extras.add("pretrained")
     if "pretrained" in extras:
         modules.append(PRETRAINED_MODEL)
     return modules, sorted(extras)
