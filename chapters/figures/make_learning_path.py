@@ -1,4 +1,4 @@
-"""Draw the course's learning path for the preface: chapters 1-11 as boxes, grouped by part.
+"""Draw the course's learning path for the preface: chapters 1-12 as boxes, grouped by part.
 
 Run from anywhere with the course's Python: ``python chapters/figures/make_learning_path.py``.
 It rewrites ``learning_path.svg`` next to this file; the output is byte-for-byte reproducible.
@@ -35,8 +35,11 @@ PARTS = [
         (10, "Decoder-only\nlanguage models", "a model on real text,\ngrouped-query heads"),
         (11, "Positions, windows\nand induction", "rotary positions,\ncopying from context"),
     ]),
+    ("Part VII: Attention since 2024", [
+        (12, "The cache diet", "latent attention,\nan int8 cache"),
+    ]),
 ]
-COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52", "#937860"]
+COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52", "#937860", "#DA8BC3"]
 OUTPUT = Path(__file__).with_name("learning_path.svg")
 
 # Sizes in inches. The figure is about 11.4 inches wide and the book shows it about 690 px wide,
