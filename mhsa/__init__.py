@@ -19,7 +19,7 @@ This page's names are the ones the chapters teach.
 """
 
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
-from mhsa.attention.latent import MultiHeadLatentAttention
+from mhsa.attention.latent import LatentCache, MultiHeadLatentAttention
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
 from mhsa.core.functional import scaled_dot_product_attention
@@ -34,7 +34,7 @@ from mhsa.core.masks import (
     sliding_window_mask,
 )
 from mhsa.core.patches import patchify, unpatchify
-from mhsa.core.quantized_cache import QuantizedKVCache
+from mhsa.core.quantized_cache import QuantizedKVCache, quantize_symmetric
 from mhsa.core.rotary import apply_rotary
 from mhsa.layers import DecoderLayer, EncoderLayer, FeedForward, SwiGLU
 from mhsa.models.causal_lm import CausalLM
@@ -58,6 +58,7 @@ __all__ = [
     "FeedForward",
     "GroupedQueryAttention",
     "KVCache",
+    "LatentCache",
     "MultiHeadAttention",
     "MultiHeadLatentAttention",
     "QuantizedKVCache",
@@ -74,6 +75,7 @@ __all__ = [
     "padding_mask",
     "padding_mask_from_ids",
     "patchify",
+    "quantize_symmetric",
     "record_attention",
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",

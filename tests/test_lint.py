@@ -63,8 +63,6 @@ def taught_names() -> dict:
 # Classes a chapter uses without naming them: what a taught function returns.
 ALSO_TAUGHT = {
     "mhsa.models.pretrained.PretrainedEncoder": "load_minilm returns it; chapter 8 calls its methods",
-    "mhsa.attention.latent.LatentCache": "MultiHeadLatentAttention.new_cache returns it; chapter 12 "
-                                         "reads its latent, rope_key and nbytes",
     "mhsa.course.manual_text.ManualSplit": "python_manual returns it; chapter 12 reads its fields",
 }
 
