@@ -27,8 +27,6 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)")
 	$(PY) -m pip install -r requirements.txt
-	# a local MathJax lets the browser check run offline (optional: needs npm)
-	if command -v npm >/dev/null; then npm install --no-save --no-audit --no-fund --prefix _build/mathjax mathjax@3.2.2; fi
 	touch $@
 
 install: $(VENV)/.installed
@@ -46,8 +44,8 @@ check: install  # the package's tests on every core (about 2 min on 2): no book 
 portable: install  # nbval over the chapters with the float paths perturbed (NB=... for some)
 	$(PERTURBED) $(PY) -m pytest $(or $(NB),chapters)
 
-clean:  # the built book; keeps _build/mathjax, which make install put there
-	[ ! -d _build ] || find _build -mindepth 1 -maxdepth 1 ! -name mathjax -exec rm -rf {} +
+clean:  # the built book
+	rm -rf _build
 
 notebooks: install  # re-execute chapters in place after editing them (NB=chapters/02_attention_table.ipynb for one)
 	$(PY) .ci/execute_notebooks.py $(NB)

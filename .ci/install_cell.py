@@ -5,7 +5,8 @@ Usage: python .ci/install_cell.py [--check] [chapters/NN_name.ipynb ...]   (defa
 The cell installs ``mhsa[extras] @ SOURCE`` when a module the chapter imports is missing, as in
 a fresh Colab runtime. SOURCE is the environment variable ``MHSA_INSTALL_SOURCE`` when set (the
 Colab test sets ``file:///path/to/checkout``), else ``git+`` the repository URL of _config.yml.
-The extras follow from the chapter's imports (``EXTRAS`` below). Only cell 0 changes; the rest
+The extras follow from the chapter's imports (``EXTRAS`` below). Every line of the cell fits
+the book's code column (88 characters; tests/book/test_book.py checks every code cell). Only cell 0 changes; the rest
 of the file stays byte for byte as it was (nbformat's layout: indent 1, sorted keys). With
 ``--check`` nothing is written and the exit code says whether every first cell is current.
 """
@@ -76,9 +77,9 @@ def install_cell(cells) -> str:
     modules, extras = requirements(cells)
     package = f"mhsa[{','.join(extras)}]" if extras else "mhsa"
     return f'''\
-# Installs the course package where it is missing, as in a fresh Colab runtime; does nothing
-# where it is installed. MHSA_INSTALL_SOURCE says where pip gets it (default: the course's
-# repository; the tests use file:///path/to/checkout).
+# Installs the course package where it is missing, as in a fresh Colab runtime; does
+# nothing where it is installed. MHSA_INSTALL_SOURCE says where pip gets it (default:
+# the course's repository; the tests use file:///path/to/checkout).
 import importlib.util
 import os
 import subprocess
@@ -87,7 +88,8 @@ import sys
 # what this chapter imports that a bare runtime may lack
 needed = {json.dumps(modules)}
 if any(importlib.util.find_spec(name) is None for name in needed):
-    source = os.environ.get("MHSA_INSTALL_SOURCE", "git+{repository_url()}")
+    source = os.environ.get(
+        "MHSA_INSTALL_SOURCE", "git+{repository_url()}")
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
                            f"{package} @ {{source}}"])
     importlib.invalidate_caches()  # let this running kernel see the new packages'''

@@ -15,13 +15,19 @@ The package in layers, each importing only the ones below it (import-linter chec
 - ``mhsa.interop``: weights to and from torch and transformers (name mappings);
 - ``mhsa.core``: the attention function, masks, rotary positions, the KV cache, checks.
 
-This page's names are the ones the chapters teach.
+This page's names are the ones the chapters teach. A name imported as itself
+(``import X as X``) is importable as ``mhsa.X`` before a chapter teaches it, off ``__all__``.
 """
 
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
+from mhsa.attention.from_hf import attention_from_hf as attention_from_hf
 from mhsa.attention.latent import LatentCache, MultiHeadLatentAttention
+from mhsa.attention.qk_norm import QKNormAttention
+from mhsa.attention.sinks import SinkAttention
+from mhsa.attention.soft_capped import SoftCappedAttention
 from mhsa.core.cache import KVCache
 from mhsa.core.device import default_device
+from mhsa.core.flash import FlashAttention2, flash_attention
 from mhsa.core.functional import scaled_dot_product_attention
 from mhsa.core.masks import (
     causal_mask,
@@ -36,6 +42,7 @@ from mhsa.core.masks import (
 from mhsa.core.patches import patchify, unpatchify
 from mhsa.core.quantized_cache import QuantizedKVCache, quantize_symmetric
 from mhsa.core.rotary import apply_rotary
+from mhsa.core.sink_cache import SinkKVCache
 from mhsa.layers import DecoderLayer, EncoderLayer, FeedForward, SwiGLU
 from mhsa.models.causal_lm import CausalLM
 from mhsa.models.encoder_decoder import (
@@ -55,19 +62,25 @@ __all__ = [
     "Encoder",
     "EncoderDecoder",
     "EncoderLayer",
+    "FlashAttention2",
     "FeedForward",
     "GroupedQueryAttention",
     "KVCache",
     "LatentCache",
     "MultiHeadAttention",
     "MultiHeadLatentAttention",
+    "QKNormAttention",
     "QuantizedKVCache",
+    "SinkAttention",
+    "SinkKVCache",
+    "SoftCappedAttention",
     "SwiGLU",
     "TokenEmbedding",
     "VisionTransformer",
     "apply_rotary",
     "causal_mask",
     "default_device",
+    "flash_attention",
     "mask_from_additive",
     "mask_from_torch_mha",
     "mask_to_additive",

@@ -117,21 +117,26 @@ def spread_weights_(model):
 
 
 def hf_llama(kind="llama", *, vocab=97, hidden=32, intermediate=48, layers=2, heads=4,
-             kv_heads=2, head_dim=None, theta=10000.0, window=None, tie=False, seed=0):
+             kv_heads=2, head_dim=None, theta=10000.0, window=None, tie=False, seed=0,
+             rope=None, max_positions=None):
     """A random transformers ``LlamaForCausalLM`` (``kind="llama"``) or ``MistralForCausalLM``,
     eval mode, with :func:`spread_weights_`.
 
     ``window``: Llama gets a ``sliding_window`` key (which transformers' Llama ignores) unless
-    None; Mistral gets it unless ``"default"`` (MistralConfig's own, 4096).
+    None; Mistral gets it unless ``"default"`` (MistralConfig's own, 4096). ``rope``: the
+    ``rope_parameters`` besides ``rope_theta`` (default ``{"rope_type": "default"}``);
+    ``max_positions``: ``max_position_embeddings`` (default the config's).
     """
     from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
     kw = {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": intermediate,
           "num_hidden_layers": layers, "num_attention_heads": heads,
           "num_key_value_heads": kv_heads, "head_dim": head_dim, "rms_norm_eps": 1e-5,
-          "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+          "rope_parameters": {"rope_type": "default", **(rope or {}), "rope_theta": theta},
           "tie_word_embeddings": tie, "bos_token_id": None, "eos_token_id": None,
           "pad_token_id": None}
+    if max_positions is not None:
+        kw["max_position_embeddings"] = max_positions
     if kind == "llama":
         extra = {} if window is None else {"sliding_window": window}
         config, cls = LlamaConfig(**kw, **extra), LlamaForCausalLM

@@ -1,4 +1,4 @@
-"""Draw the course's learning path for the preface: chapters 1-12 as boxes, grouped by part.
+"""Draw the course's learning path for the preface: chapters 1-13 as boxes, grouped by part.
 
 Run from anywhere with the course's Python: ``python chapters/figures/make_learning_path.py``.
 It rewrites ``learning_path.svg`` next to this file; the output is byte-for-byte reproducible.
@@ -37,6 +37,7 @@ PARTS = [
     ]),
     ("Part VII: Attention since 2024", [
         (12, "The cache diet", "latent attention,\nan int8 cache"),
+        (13, "Long context and\nstable scores", "rotary scaling, sinks,\nFlexAttention masks"),
     ]),
 ]
 COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52", "#937860", "#DA8BC3"]

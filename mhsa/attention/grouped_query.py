@@ -23,7 +23,14 @@ from mhsa.core._packing import matvec_layout, stacked
 from mhsa.core.cache import KVCache
 from mhsa.core.functional import combine_masks, fused_attention, scaled_dot_product_attention
 from mhsa.core.heads import merge_heads, repeat_kv_heads, split_heads
-from mhsa.core.rotary import RotaryAngles, check_positions, kept_angles, rotary_angles, rotate
+from mhsa.core.rotary import (
+    RotaryAngles,
+    check_positions,
+    check_rope_scaling,
+    kept_angles,
+    rotary_angles,
+    rotate,
+)
 
 
 class GroupedQueryAttention(Attention):
@@ -50,6 +57,18 @@ class GroupedQueryAttention(Attention):
             then divide evenly); queries are ``h * d`` wide, keys and values ``g * d``.
         rope_base: rotary base ``theta`` (transformers' ``rope_theta``; 10000.0 in RoFormer
             and Llama 2), or None for no positions; ``head_dim`` must be even with it.
+        rope_scaling: None, or how to scale the rotary positions for sequences longer than
+            the training length: a dict with transformers' keys (``rope_parameters``
+            without ``rope_theta``): ``{"rope_type": "linear" | "dynamic" | "yarn" |
+            "llama3", "factor": ..., "original_max_position_embeddings": ..., ...}``, see
+            ``mhsa.core.rotary.rotary_frequencies``. An option of the rotary positions,
+            as in the reference code, not a variant. YaRN's attention factor multiplies
+            ``cos`` and ``sin`` (the scores by its square). Dynamic NTK reads the length of
+            each call, ``max(positions) + 1``: a decoding step rotates its new keys with the
+            frequencies of its own length and keeps the cached ones as they were, as
+            transformers' cached decoding does (a full pass rotates every key with the
+            frequencies of the full length, so cached and full passes differ beyond the
+            training length, in transformers too).
         window: sliding window, ``int >= 1`` (each query sees itself and the
             ``window - 1`` keys before it, :func:`mhsa.sliding_window_mask`), or None.
         bias: add a learnable bias to the four projections (Llama: False).
@@ -62,12 +81,16 @@ class GroupedQueryAttention(Attention):
         k_proj, v_proj: ``nn.Linear(embed_dim, g * d)``, applied the same way.
         out_proj: ``nn.Linear(h * d, embed_dim)``.
         embed_dim, num_heads, num_kv_heads, head_dim, rope_base, window, dropout: as above.
+        rope_scaling: the checked scaling dict (yarn's defaults filled in), or None.
 
     Raises:
         TypeError: a size that is not an int, ``dropout`` or ``rope_base`` not a number.
         ValueError: a size below 1, ``num_heads`` not divisible by ``num_kv_heads``,
             ``embed_dim`` not divisible by ``num_heads`` without ``head_dim``, ``dropout``
-            outside ``[0, 1)``, ``rope_base <= 0`` or an odd ``head_dim`` with ``rope_base``.
+            outside ``[0, 1)``, ``rope_base <= 0`` or an odd ``head_dim`` with ``rope_base``,
+            ``rope_scaling`` without ``rope_base``, or a scaling that
+            ``mhsa.core.rotary.check_rope_scaling`` refuses (which raises TypeError for
+            a scaling that is not a dict).
 
     Example::
 
@@ -79,11 +102,14 @@ class GroupedQueryAttention(Attention):
     Source: Ainslie et al. 2023, "GQA", section 2 (grouped-query); Shazeer 2019, "Fast
     Transformer Decoding: One Write-Head is All You Need" (multi-query); Su et al. 2021,
     "RoFormer", section 3.4 (rotary positions); Beltagy et al. 2020, "Longformer", section
-    3.1, and Jiang et al. 2023, "Mistral 7B", section 2 (sliding window).
+    3.1, and Jiang et al. 2023, "Mistral 7B", section 2 (sliding window); for
+    ``rope_scaling``, the sources of ``mhsa.core.rotary.rotary_frequencies`` (Chen et
+    al. 2023, position interpolation; Peng et al. 2023, "YaRN"; Llama 3.1).
     """
 
     def __init__(self, embed_dim, num_heads, num_kv_heads, *, head_dim=None, rope_base=None,
-                 window=None, bias=False, dropout=0.0, device=None, dtype=None):
+                 rope_scaling=None, window=None, bias=False, dropout=0.0, device=None,
+                 dtype=None):
         super().__init__()
         for name, n in [("embed_dim", embed_dim), ("num_heads", num_heads),
                         ("num_kv_heads", num_kv_heads)]:
@@ -95,6 +121,12 @@ class GroupedQueryAttention(Attention):
         self.head_dim = check_positive_int("head_dim", head_dim)
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.rope_base = _check_rope_base(rope_base, head_dim)
+        self.rope_scaling = check_rope_scaling(rope_scaling, head_dim)
+        if self.rope_scaling is not None and self.rope_base is None:
+            raise ValueError("`rope_scaling` scales rotary positions: pass a `rope_base` with it")
+        # the scaling as a hashable key of the kept angles (None: the unscaled fast path)
+        self._scaling_key = None if self.rope_scaling is None else \
+            tuple(sorted(self.rope_scaling.items()))
         self.window = None if window is None else check_int("window", window)
         self.dropout = check_probability("dropout", dropout)
         kw = {"bias": bias, "device": device, "dtype": dtype}
@@ -160,24 +192,18 @@ class GroupedQueryAttention(Attention):
             attn_mask = attn_mask[..., attn_mask.shape[-1] - k.shape[2]:]  # the window's keys
         mask, square = combine_masks(attn_mask, q.shape[2], k.shape[2], is_causal=True,
                                      window=self.window, device=x.device)
-        p = self.dropout if self.training else 0.0
-        if need_weights:  # explicit: every query head reads its group's key/value head
-            k, v = repeat_kv_heads(k, h // g), repeat_kv_heads(v, h // g)
-            out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal=square,
-                                                        dropout_p=p)
-        else:  # fused: the kernel groups the heads without copying keys
-            out = fused_attention(q, k, v, mask, is_causal=square, dropout_p=p,
-                                  enable_gqa=g != h)
-            weights = None
+        out, weights = self.attend(q, k, v, mask, is_causal=square, need_weights=need_weights,
+                                   dropout_p=self.dropout if self.training else 0.0)
         out_weight = self.out_proj.weight if packed is None else packed[2]
         return F.linear(merge_heads(out), out_weight, self.out_proj.bias), weights
 
     def adjust_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor):
         """A variant's step on the split heads, before rotary positions; here they pass unchanged.
 
-        The extension point of the causal variants: a subclass overrides this one method to
-        change what the scores see, and keeps everything else (packing, positions, cache,
-        window, both kernels). Dividing each head's queries by its own temperature divides
+        The first extension point of the causal variants: a subclass overrides this one
+        method to change what the scores see, and keeps everything else (packing, positions,
+        cache, window, both kernels); one that changes the softmax instead overrides
+        :meth:`attend`. Dividing each head's queries by its own temperature divides
         its scores; an RMSNorm of each head's queries and keys is Qwen3's query/key norm.
 
         Args:
@@ -189,6 +215,44 @@ class GroupedQueryAttention(Attention):
         """
         return q, k
 
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, *,
+               is_causal: bool, dropout_p: float, need_weights: bool):
+        """A variant's step from the split heads to the per-head outputs; here softmax attention.
+
+        The second extension point of the causal variants, next to
+        :meth:`adjust_queries_and_keys`: a subclass that changes the softmax itself (caps the
+        scores, adds a column to each row) overrides this one method and keeps the
+        projections, positions, cache and window of :meth:`forward`, which calls it after
+        rotary positions and the cache. Here: with ``need_weights`` the explicit path
+        (:func:`mhsa.scaled_dot_product_attention` after repeating each key/value head for
+        its ``r = h / g`` query heads), else torch's fused kernel, which groups the heads
+        itself.
+
+        Args:
+            q: queries ``[b, num_heads, n, head_dim]``, rotated.
+            k, v: keys and values ``[b, num_kv_heads, n_k, head_dim]``: the kept cached
+                positions first, then the ``n`` new ones.
+            mask: torch.bool, **True = may attend**, broadcastable to ``[b, h, n, n_k]`` (the
+                caller's ``attn_mask`` AND the causal or sliding-window mask), or None.
+            is_causal: with ``mask`` None, the only mask is causal and ``n == n_k``; a
+                variant that writes the scores out builds it with :func:`mhsa.causal_mask`.
+            dropout_p: probability of zeroing a weight, in ``[0, 1)`` (0 in eval mode).
+            need_weights: return the weights too.
+
+        Returns:
+            ``(out, weights)``: ``out`` ``[b, num_heads, n, head_dim]``; ``weights``
+            ``[b, num_heads, n, n_k]`` (before dropout) with ``need_weights``, else None.
+            A query with nothing to attend to gets zero weights and a zero output.
+        """
+        h, g = self.num_heads, self.num_kv_heads
+        if need_weights:  # explicit: every query head reads its group's key/value head
+            k, v = repeat_kv_heads(k, h // g), repeat_kv_heads(v, h // g)
+            return scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal,
+                                                dropout_p=dropout_p)
+        # fused: the kernel groups the heads without copying keys
+        return fused_attention(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p,
+                               enable_gqa=g != h), None
+
     def rotary_angles(self, positions=None, *, start: int = 0, n: int | None = None):
         """The ``mhsa.core.rotary.RotaryAngles`` of ``positions``, to pass as ``positions``.
 
@@ -198,16 +262,21 @@ class GroupedQueryAttention(Attention):
 
         Returns:
             ``RotaryAngles(cos, sin)`` in the module's dtype: ``[n, d]`` each, or
-            ``[b, 1, n, d]`` for ``[b, n]`` positions; None without ``rope_base``.
+            ``[b, 1, n, d]`` for ``[b, n]`` positions; None without ``rope_base``. With
+            ``rope_scaling``, the scaled angles (times YaRN's attention factor); for dynamic
+            NTK, those of the length ``max(positions) + 1``, so the angles of a position
+            depend on the others asked for with it.
         """
         if self.rope_base is None:
             return None
-        dtype = self.q_proj.weight.dtype
+        dtype, scaling = self.q_proj.weight.dtype, self._scaling_key
         if positions is None:
             positions = torch.arange(start, start + n, device=self.q_proj.weight.device)
         if positions.dim() == 1:
-            return RotaryAngles(*kept_angles(positions, self.head_dim, self.rope_base, dtype))
-        cos, sin = rotary_angles(positions, self.head_dim, base=self.rope_base, dtype=dtype)
+            return RotaryAngles(*kept_angles(positions, self.head_dim, self.rope_base, dtype,
+                                             scaling))
+        cos, sin = rotary_angles(positions, self.head_dim, base=self.rope_base, dtype=dtype,
+                                 scaling=scaling)
         return RotaryAngles(cos[:, None], sin[:, None])  # [b, 1, n, d]: the same for every head
 
     def new_cache(self, *, capacity: int | None = None) -> KVCache:
@@ -256,6 +325,7 @@ class GroupedQueryAttention(Attention):
 
     def extra_repr(self) -> str:
         extra = "" if self.rope_base is None else f", rope_base={self.rope_base}"
+        extra += "" if self.rope_scaling is None else f", rope_scaling={self.rope_scaling}"
         extra += "" if self.window is None else f", window={self.window}"
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
                 f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}{extra}")

@@ -42,7 +42,8 @@ def record_attention(model: nn.Module):
 
     Yields:
         dict ``{name: weights}``; weights are detached tensors ``[b, h, n_q, n_k]``, per
-        head, before dropout (rows sum to 1; masked keys get 0).
+        head, before dropout (rows sum to 1, or less for ``mhsa.SinkAttention``, whose
+        sink column takes a share; masked keys get 0).
 
     Raises:
         ValueError: ``model`` contains no attention module, or is already being recorded.

@@ -268,3 +268,155 @@ def _figure(go, make_subplots, table, queries, keys, row, title):
         shapes=[{"type": "rect", "xref": "x", "yref": "y", "x0": -0.5, "x1": n_k - 0.5,
                  "y0": row - 0.5, "y1": row + 0.5, "line": {"color": "#C44E52", "width": 2}}])
     return figure
+
+
+# the course's diagram colours (chapters/figures/diagram.py): input blue, query orange,
+# key/value green, norms purple, output red
+_BLUE, _ORANGE, _GREEN, _PURPLE, _RED, _GREY, _INK = (
+    "#4C72B0", "#DD8452", "#55A868", "#8172B3", "#C44E52", "#8C8C8C", "#333333")
+
+
+def _box(ax, cx, cy, w, h, text, colour, *, gid, fontsize=9, weight="bold"):
+    """A rounded box centred at (cx, cy), tinted with ``colour``; returns its edges."""
+    from matplotlib.colors import to_hex, to_rgb
+    from matplotlib.patches import FancyBboxPatch
+
+    tint = to_hex(tuple(0.82 + 0.18 * c for c in to_rgb(colour)))
+    ax.add_patch(FancyBboxPatch((cx - w / 2, cy - h / 2), w, h, gid=gid,
+                                boxstyle="round,pad=0,rounding_size=0.06", facecolor=tint,
+                                edgecolor=colour, linewidth=1.4))
+    ax.text(cx, cy, text, ha="center", va="center", fontsize=fontsize, fontweight=weight,
+            color=_INK, linespacing=1.2)
+    return cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
+
+
+def _arrow(ax, start, end, colour=_INK, *, gid=None):
+    from matplotlib.patches import FancyArrowPatch
+
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11, linewidth=1.3,
+                                 color=colour, shrinkA=0, shrinkB=0, gid=gid))
+
+
+def plot_encoder_decoder(model, *, width: float = 7.8):
+    """Draw an encoder-decoder's whole structure, read from the model object.
+
+    Two columns, inputs at the top, logits at the bottom. Left: source ids, ``src_embed``
+    (times ``sqrt(e)``) plus the sinusoidal positions, one box per encoder layer, the final
+    LayerNorm when the stacks are pre-norm, and ``memory``, the *final* encoder output.
+    Right: the target shifted right, ``tgt_embed`` plus positions, one block per decoder
+    layer (``self_attn`` with the causal mask, ``cross_attn``, ``feed_forward``), the final
+    LayerNorm when pre-norm, ``lm_head`` and the logits. One blue line carries ``memory``
+    to the ``cross_attn`` of *every* decoder layer (as :class:`mhsa.Decoder` passes the same
+    memory to each). The numbers of layers, the widths, the heads and the
+    vocabulary sizes are the model's.
+
+    The memory arrows carry the matplotlib ``gid`` ``"memory->decoder.layers.K.cross_attn"``
+    and the layer boxes ``"encoder.layers.K"`` and ``"decoder.layers.K.<sublayer>"`` (code
+    indexes from 0; the labels count from 1), so a test can find them.
+
+    Args:
+        model: an :class:`mhsa.EncoderDecoder`.
+        width: figure width in inches (the height follows from the number of layers).
+
+    Returns:
+        The matplotlib Figure.
+
+    Raises:
+        TypeError: ``model`` is not an :class:`mhsa.EncoderDecoder`.
+
+    Source: Vaswani et al. 2017, section 3.1 and Figure 1 (drawn there bottom to top).
+    """
+    from matplotlib.patches import Rectangle
+
+    from mhsa.models.encoder_decoder import EncoderDecoder
+
+    if not isinstance(model, EncoderDecoder):
+        raise TypeError(f"`model` must be an mhsa.EncoderDecoder, got {type(model).__name__}")
+    n_enc, n_dec = len(model.encoder.layers), len(model.decoder.layers)
+    attn = model.encoder.layers[0].self_attn
+    e, heads = attn.embed_dim, attn.num_heads
+    ff_dim = model.encoder.layers[0].feed_forward.linear1.out_features
+    src_vocab = model.src_embed.embedding.num_embeddings
+    tgt_vocab = model.lm_head.out_features
+    pre_norm = model.encoder.norm is not None
+
+    gap, h = 0.22, 0.4  # space between boxes; height of a one-line box
+    fig = plt.figure()
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.axis("off")
+    left, right, bw = width * 0.22, width * 0.64, width * 0.36
+    norm = "pre-norm" if pre_norm else "post-norm, as in the paper"
+    ax.text(width / 2, 0.0, f"encoder-decoder: {n_enc} encoder and {n_dec} decoder layers\n"
+            f"embed_dim {e}, {heads} heads, ff_dim {ff_dim}, {norm}",
+            ha="center", va="top", fontsize=9.5, fontweight="bold", color=_INK)
+
+    def column(cx, y, items):
+        """Boxes from ``y`` down, joined by arrows; ``items``: (text, colour, height, gid)."""
+        edges = []
+        for text, colour, box_h, gid in items:
+            edges.append(_box(ax, cx, y - box_h / 2, bw, box_h, text, colour, gid=gid,
+                              weight="normal" if gid.endswith("ids") else "bold"))
+            if len(edges) > 1:
+                _arrow(ax, (cx, edges[-2][1]), (cx, edges[-1][3]))
+            y -= box_h + gap
+        return edges
+
+    top = -0.65
+    enc = [(f"source ids [b, n_src]\n(source vocabulary {src_vocab})", _GREY, h + 0.1,
+            "src ids"),
+           ("src_embed × √e + positions", _BLUE, h, "src_embed")]
+    enc += [(f"encoder layer {k + 1}\nself_attn, feed_forward", _GREEN, h + 0.2,
+             f"encoder.layers.{k}") for k in range(n_enc)]
+    if pre_norm:
+        enc.append(("encoder.norm (LayerNorm)", _PURPLE, h, "encoder.norm"))
+    enc.append(("memory [b, n_src, e]\nthe final encoder output", _BLUE, h + 0.2, "memory"))
+    enc_edges = column(left, top, enc)
+
+    dec_edges = column(right, top, [
+        ("target shifted right [b, n_tgt]\n<bos> y1 y2 ...", _GREY, h + 0.1, "tgt ids"),
+        ("tgt_embed × √e + positions", _BLUE, h, "tgt_embed")])
+    above, y = dec_edges[-1][1], dec_edges[-1][1] - gap
+    sub = [("self_attn (causal mask)", _ORANGE, "self_attn"),
+           ("cross_attn (keys, values: memory)", _RED, "cross_attn"),
+           ("feed_forward", _GREEN, "feed_forward")]
+    cross_y = []
+    for k in range(n_dec):  # a dashed frame per decoder layer around its three sublayers
+        y_top = y
+        _arrow(ax, (right, above), (right, y_top))
+        ax.text(right + bw / 2 + 0.06, y_top - 0.04, f"decoder\nlayer {k + 1}", ha="left",
+                va="top", fontsize=8.5, color=_INK)
+        y -= 0.1
+        for j, (text, colour, name) in enumerate(sub):
+            edges = _box(ax, right, y - 0.18, bw * 0.92, 0.36, text, colour,
+                         gid=f"decoder.layers.{k}.{name}", fontsize=8.5)
+            if name == "cross_attn":
+                cross_y.append(y - 0.18)
+            if j:
+                _arrow(ax, (right, y + 0.1), (right, edges[3]))
+            y -= 0.36 + 0.1
+        ax.add_patch(Rectangle((right - bw / 2, y), bw, y_top - y, fill=False,
+                               edgecolor=_GREY, linewidth=1.0, linestyle="--"))
+        above, y = y, y - gap
+    tail = [("decoder.norm (LayerNorm)", _PURPLE, h, "decoder.norm")] if pre_norm else []
+    tail += [(f"lm_head: Linear({e} → {tgt_vocab})", _RED, h, "lm_head"),
+             (f"logits [b, n_tgt, {tgt_vocab}]\nnext-token scores", _GREY, h + 0.1, "logits")]
+    tail_edges = column(right, y, tail)
+    _arrow(ax, (right, above), (right, tail_edges[0][3]))
+
+    # memory, the last encoder output, feeds the cross-attention of every decoder layer
+    memory = enc_edges[-1]
+    bus_x = (memory[2] + right - bw * 0.46) / 2
+    memory_y = (memory[1] + memory[3]) / 2
+    ax.plot([memory[2], bus_x], [memory_y, memory_y], color=_BLUE, linewidth=1.6)
+    ax.plot([bus_x, bus_x], [min(memory_y, *cross_y), max(memory_y, *cross_y)], color=_BLUE,
+            linewidth=1.6)
+    for k, cy in enumerate(cross_y):
+        _arrow(ax, (bus_x, cy), (right - bw * 0.46, cy), _BLUE,
+               gid=f"memory->decoder.layers.{k}.cross_attn")
+    ax.text(left, memory[1] - 0.12, "memory feeds the cross_attn\nof every decoder layer",
+            ha="center", va="top", fontsize=8.5, color=_BLUE)
+    bottom = min(tail_edges[-1][1], memory[1] - 0.6) - 0.15
+    ax.set_xlim(0, width)
+    ax.set_ylim(bottom, 0.15)
+    fig.set_size_inches(width, 0.15 - bottom)
+    return fig

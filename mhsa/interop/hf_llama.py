@@ -5,6 +5,7 @@ transformers is never imported here: the functions read the model object they ar
 """
 
 
+from mhsa.core.rotary import ROPE_SCALING_KEYS
 from mhsa.interop.weights import copy_weights
 
 SUPPORTED = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral"}
@@ -19,7 +20,8 @@ def config_from_hf_llama(model) -> dict:
 
     Returns:
         ``{"vocab_size", "embed_dim", "num_heads", "ff_dim", "num_layers", "num_kv_heads",
-        "qkv_dim", "rope_base", "window", "norm_eps", "tie_embeddings"}``. ``window`` is
+        "qkv_dim", "rope_base", "rope_scaling", "window", "norm_eps", "tie_embeddings"}``.
+        ``rope_scaling`` is None or the scaling of ``rope_from_hf``. ``window`` is
         Mistral's ``sliding_window`` (None when that is None); for Llama it is always None,
         even when its config carries a ``sliding_window`` key, which transformers' Llama
         ignores.
@@ -35,6 +37,7 @@ def config_from_hf_llama(model) -> dict:
         raise TypeError("`model` must be a transformers LlamaForCausalLM or "
                         f"MistralForCausalLM, got {name}")
     _check_representable(config)
+    rope_base, rope_scaling = rope_from_hf(config)
     head_dim = getattr(config, "head_dim", None) or \
         config.hidden_size // config.num_attention_heads
     return {
@@ -45,7 +48,8 @@ def config_from_hf_llama(model) -> dict:
         "num_layers": config.num_hidden_layers,
         "num_kv_heads": config.num_key_value_heads or config.num_attention_heads,
         "qkv_dim": config.num_attention_heads * head_dim,
-        "rope_base": float(_rope_parameters(config).get("rope_theta", 10000.0)),
+        "rope_base": rope_base,
+        "rope_scaling": rope_scaling,
         "window": getattr(config, "sliding_window", None) if config.model_type in WINDOWED
         else None,  # Llama ignores a sliding_window key in its config
         "norm_eps": config.rms_norm_eps,
@@ -62,13 +66,54 @@ def _rope_parameters(config) -> dict:
     return params
 
 
+def rope_from_hf(config) -> tuple:
+    """``(rope_base, rope_scaling)`` of a transformers config, for mhsa's attention modules.
+
+    ``rope_scaling`` is None for the ``"default"`` rope type; otherwise the keys of
+    ``rope_parameters`` that its type reads (``mhsa.core.rotary.ROPE_SCALING_KEYS``), with
+    what transformers supplies when they are absent: dynamic NTK's training length is
+    ``config.max_position_embeddings`` (transformers' dynamic NTK reads no other), yarn's
+    ``factor`` is ``max_position_embeddings / original_max_position_embeddings`` when
+    None, and yarn's and llama3's ``original_max_position_embeddings`` defaults to
+    ``max_position_embeddings``.
+
+    Args:
+        config: a transformers config with ``rope_parameters`` (5.x) or ``rope_theta`` and
+            ``rope_scaling`` (4.x).
+
+    Raises:
+        ValueError: a rope type other than default, linear, dynamic, yarn and llama3
+            (longrope, for instance), or ``partial_rotary_factor`` below 1.
+    """
+    rope = _rope_parameters(config)
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ROPE_SCALING_KEYS:
+        raise ValueError(f"`model` has rope type {kind!r} (mhsa scales rotary positions with "
+                         f"{sorted(ROPE_SCALING_KEYS)}): mhsa cannot represent it")
+    if rope.get("partial_rotary_factor") not in (None, 1, 1.0):
+        raise ValueError(f"`model` has partial_rotary_factor="
+                         f"{rope['partial_rotary_factor']} (rotary positions on every "
+                         "dimension only): mhsa cannot represent it")
+    base = float(rope.get("rope_theta", 10000.0))
+    if kind == "default":
+        return base, None
+    required, optional = ROPE_SCALING_KEYS[kind]
+    scaling = {"rope_type": kind, **{key: rope[key] for key in required + optional
+                                     if rope.get(key) is not None}}
+    longest = getattr(config, "max_position_embeddings", None)
+    if kind == "dynamic":
+        scaling["original_max_position_embeddings"] = longest
+    elif kind in ("yarn", "llama3"):
+        scaling.setdefault("original_max_position_embeddings", longest)
+    if kind == "yarn" and "factor" not in scaling:
+        scaling["factor"] = longest / scaling["original_max_position_embeddings"]
+    return base, scaling
+
+
 def _check_representable(config) -> None:
     """``ValueError`` naming the first setting that :class:`mhsa.CausalLM` cannot represent."""
-    rope = _rope_parameters(config)
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    rope_from_hf(config)  # a rope type or partial rotation that mhsa cannot represent
     problems = [
-        (rope_type != "default",
-         f"rope type {rope_type!r} (only 'default' rotary embeddings, without scaling)"),
         (bool(getattr(config, "attention_bias", False)), "attention_bias=True (no biases)"),
         (bool(getattr(config, "mlp_bias", False)), "mlp_bias=True (no biases)"),
         (getattr(config, "hidden_act", "silu") != "silu",
@@ -112,3 +157,45 @@ def hf_llama_pairs(model, num_layers: int, tie_embeddings: bool) -> list:
         pairs += [(f"layers.{k}.{mine}.weight", layer.get_submodule(their).weight)
                   for mine, their in names.items()]
     return pairs
+
+
+ATTENTION_MODULES = {"LlamaAttention": "llama", "MistralAttention": "mistral"}
+
+
+def config_from_hf_llama_attention(module) -> dict:
+    """Keyword arguments of :class:`mhsa.GroupedQueryAttention` for one Llama/Mistral layer.
+
+    Args:
+        module: a transformers ``LlamaAttention`` or ``MistralAttention``
+            (``model.model.layers[k].self_attn``).
+
+    Returns:
+        ``{"embed_dim", "num_heads", "num_kv_heads", "head_dim", "rope_base",
+        "rope_scaling", "window", "bias"}``; ``window`` is Mistral's ``sliding_window``
+        (None for Llama).
+
+    Raises:
+        TypeError: ``module`` is neither class.
+        ValueError: attention dropout, or a rope type mhsa does not scale
+            (:func:`rope_from_hf`).
+    """
+    name = type(module).__name__
+    config = getattr(module, "config", None)
+    if getattr(config, "model_type", None) != ATTENTION_MODULES.get(name, ""):
+        raise TypeError(f"`module` must be a transformers LlamaAttention or MistralAttention, "
+                        f"got {name}")
+    if getattr(config, "attention_dropout", 0.0):
+        raise ValueError(f"`module` has attention_dropout={config.attention_dropout} (no "
+                         "dropout): mhsa cannot represent it")
+    rope_base, rope_scaling = rope_from_hf(config)
+    return {
+        "embed_dim": config.hidden_size,
+        "num_heads": config.num_attention_heads,
+        "num_kv_heads": config.num_key_value_heads or config.num_attention_heads,
+        "head_dim": module.head_dim,
+        "rope_base": rope_base,
+        "rope_scaling": rope_scaling,
+        "window": getattr(config, "sliding_window", None) if config.model_type in WINDOWED
+        else None,
+        "bias": module.q_proj.bias is not None,
+    }

@@ -24,14 +24,16 @@ class CausalLMLayer(nn.Module):
         num_kv_heads: key/value heads, dividing ``num_heads`` (default ``num_heads``).
         head_dim: width of each head (default ``embed_dim // num_heads``).
         rope_base: rotary base ``theta``, or None.
+        rope_scaling: None, or the scaling of the rotary positions for long context (see
+            :class:`mhsa.GroupedQueryAttention`); passed to the attention only when given.
         window: sliding window (``None``: full causal).
         norm_eps: epsilon of both RMSNorms.
         attention: the name of the attention variant in
             ``mhsa.attention.CAUSAL_ATTENTION`` (default ``"grouped_query"``), or a callable
             with no arguments that returns a new :class:`mhsa.Attention` of width
             ``embed_dim`` (a variant whose constructor takes other arguments, such as
-            :class:`mhsa.MultiHeadLatentAttention`); ``num_kv_heads``, ``head_dim`` and
-            ``window`` must then be None: the callable decides.
+            :class:`mhsa.MultiHeadLatentAttention`); ``num_kv_heads``, ``head_dim``,
+            ``window`` and ``rope_scaling`` must then be None: the callable decides.
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
@@ -46,7 +48,7 @@ class CausalLMLayer(nn.Module):
         TypeError: as :class:`mhsa.GroupedQueryAttention` and :class:`mhsa.SwiGLU`.
         ValueError: as :class:`mhsa.GroupedQueryAttention` and :class:`mhsa.SwiGLU`; an
             ``attention`` name that is not registered; a callable ``attention`` with
-            ``num_kv_heads``, ``head_dim`` or ``window``.
+            ``num_kv_heads``, ``head_dim``, ``window`` or ``rope_scaling``.
         TypeError: a callable ``attention`` that returns no :class:`mhsa.Attention` of width
             ``embed_dim``.
 
@@ -56,8 +58,8 @@ class CausalLMLayer(nn.Module):
     """
 
     def __init__(self, embed_dim, num_heads, ff_dim, *, num_kv_heads=None, head_dim=None,
-                 rope_base=10000.0, window=None, norm_eps=1e-6, attention="grouped_query",
-                 device=None, dtype=None):
+                 rope_base=10000.0, rope_scaling=None, window=None, norm_eps=1e-6,
+                 attention="grouped_query", device=None, dtype=None):
         super().__init__()
         if not callable(attention) and attention not in CAUSAL_ATTENTION:
             raise ValueError(f"`attention` must be one of {sorted(CAUSAL_ATTENTION)} or a "
@@ -66,12 +68,13 @@ class CausalLMLayer(nn.Module):
         self.norm1 = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
         if callable(attention):
             self.attn = _built(attention, embed_dim, num_kv_heads=num_kv_heads,
-                               head_dim=head_dim, window=window)
+                               head_dim=head_dim, window=window, rope_scaling=rope_scaling)
         else:
+            scaling = {} if rope_scaling is None else {"rope_scaling": rope_scaling}
             num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
             self.attn = CAUSAL_ATTENTION[attention](
                 embed_dim, num_heads, num_kv_heads, head_dim=head_dim, rope_base=rope_base,
-                window=window, bias=False, **kw)
+                window=window, bias=False, **scaling, **kw)
         self.norm2 = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
         self.feed_forward = SwiGLU(embed_dim, ff_dim, **kw)
 

@@ -12,10 +12,13 @@ Each layer is two pre-norm residual sublayers, and the whole model is a straight
     logits = lm_head(norm(x))                             # [b, n, vocab_size]
 """
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mhsa.attention.latent import MultiHeadLatentAttention
 from mhsa.core._checks import (
     check_bool_mask,
     check_divisible,
@@ -25,7 +28,8 @@ from mhsa.core._checks import (
     check_same_device,
 )
 from mhsa.core._packing import matvec_layout
-from mhsa.core.rotary import RotaryAngles, check_positions
+from mhsa.core.rotary import RotaryAngles, check_positions, depends_on_length
+from mhsa.interop.hf_causal_lm import config_from_hf, copy_hf_weights
 from mhsa.interop.hf_llama import config_from_hf_llama, copy_hf_llama_weights
 from mhsa.layers.decoder_only import CausalLMLayer
 from mhsa.models import generation
@@ -48,6 +52,10 @@ class CausalLM(nn.Module):
         num_kv_heads: key/value heads; must divide ``num_heads`` (default ``num_heads``).
         qkv_dim: ``num_heads * head_dim`` (default ``embed_dim``).
         rope_base: rotary base ``theta`` (``rope_theta``), ``> 0``.
+        rope_scaling: None, or the scaling of the rotary positions for sequences longer
+            than the training length (linear, dynamic NTK, YaRN, Llama 3.1): a dict with
+            transformers' keys, see :class:`mhsa.GroupedQueryAttention` and
+            ``mhsa.core.rotary.rotary_frequencies``.
         window: sliding-window length (each query sees itself and ``window - 1`` keys
             before it), or ``None`` for full causal attention.
         norm_eps: epsilon of every RMSNorm, ``> 0``.
@@ -57,8 +65,8 @@ class CausalLM(nn.Module):
             :class:`mhsa.GroupedQueryAttention`), or a callable with no arguments that
             returns a new attention module of width ``embed_dim`` for each layer, e.g.
             ``lambda: mhsa.MultiHeadLatentAttention(embed_dim, num_heads, ...)``; then
-            ``num_kv_heads``, ``qkv_dim`` and ``window`` stay None (the callable decides) and
-            ``rope_base`` is not read.
+            ``num_kv_heads``, ``qkv_dim``, ``window`` and ``rope_scaling`` stay None (the
+            callable decides) and ``rope_base`` is not read.
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
@@ -73,9 +81,9 @@ class CausalLM(nn.Module):
         ValueError: a size below 1, ``norm_eps <= 0``, ``qkv_dim`` not divisible by
             ``num_heads``, an ``attention`` name that is not registered, or what
             :class:`mhsa.GroupedQueryAttention` refuses (``num_kv_heads`` not dividing
-            ``num_heads``, a bad ``window`` or ``rope_base``); a callable ``attention`` with
-            ``num_kv_heads``, ``qkv_dim`` or ``window``, or one that returns no attention
-            module of width ``embed_dim`` (``TypeError``).
+            ``num_heads``, a bad ``window``, ``rope_base`` or ``rope_scaling``); a callable
+            ``attention`` with ``num_kv_heads``, ``qkv_dim``, ``window`` or ``rope_scaling``,
+            or one that returns no attention module of width ``embed_dim`` (``TypeError``).
 
     Example::
 
@@ -90,9 +98,9 @@ class CausalLM(nn.Module):
     """
 
     def __init__(self, vocab_size, embed_dim, num_heads, ff_dim, num_layers, *,
-                 num_kv_heads=None, qkv_dim=None, rope_base=10000.0, window=None,
-                 norm_eps=1e-6, tie_embeddings=False, attention="grouped_query", device=None,
-                 dtype=None):
+                 num_kv_heads=None, qkv_dim=None, rope_base=10000.0, rope_scaling=None,
+                 window=None, norm_eps=1e-6, tie_embeddings=False, attention="grouped_query",
+                 device=None, dtype=None):
         super().__init__()
         for name, n in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
                         ("num_heads", num_heads), ("num_layers", num_layers)):
@@ -114,8 +122,8 @@ class CausalLM(nn.Module):
         self.embed = nn.Embedding(vocab_size, embed_dim, **kw)
         self.layers = nn.ModuleList(
             CausalLMLayer(embed_dim, num_heads, ff_dim, num_kv_heads=num_kv_heads,
-                          head_dim=head_dim, rope_base=rope_base, window=window,
-                          norm_eps=norm_eps, attention=attention, **kw)
+                          head_dim=head_dim, rope_base=rope_base, rope_scaling=rope_scaling,
+                          window=window, norm_eps=norm_eps, attention=attention, **kw)
             for _ in range(num_layers))
         self.norm = nn.RMSNorm(embed_dim, eps=norm_eps, **kw)
         self.lm_head = nn.Linear(embed_dim, vocab_size, bias=False, **kw)
@@ -123,6 +131,8 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.embed.weight
         self._packed_lm_head = None  # lm_head's weight in matvec layout, see pack_projections
         self._angle_table = None  # RotaryAngles of positions 0, 1, ..., see _rotary_angles
+        # dynamic NTK: a position's angles depend on the call's length, so no table
+        self._table_of_angles = not depends_on_length(rope_scaling)  # checked by the layers
 
     def forward(self, ids: torch.Tensor, *, attn_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, cache: list | None = None,
@@ -188,10 +198,11 @@ class CausalLM(nn.Module):
 
         The default positions are read from a table of every position so far, kept between
         calls and doubled when outgrown: a decoding step slices one row of it instead of
-        computing angles. None without rotary positions.
+        computing angles. Not with dynamic NTK scaling, whose angles depend on the length of
+        the call. None without rotary positions.
         """
         attn = self.layers[0].attn
-        if positions is not None or torch.compiler.is_compiling():
+        if positions is not None or torch.compiler.is_compiling() or not self._table_of_angles:
             return attn.rotary_angles(positions, start=start, n=n)
         table, weight = self._angle_table, self.embed.weight
         if table is None or len(table.cos) < start + n or table.cos.dtype != weight.dtype \
@@ -258,7 +269,9 @@ class CausalLM(nn.Module):
         ``benchmarks/bench_generate.py``). Greedy tokens are then the same unless the two
         largest logits of a step are closer than that. In bfloat16 or float16 the rounding is
         about 1e-2 (bfloat16) or 1e-3 (float16), and the tokens can and do diverge (those of
-        transformers' cached and uncached generation too).
+        transformers' cached and uncached generation too). With dynamic NTK scaling
+        (``rope_scaling``) the two differ past the training length by design: each step
+        rotates with the frequencies of its own length, and the cached keys keep theirs.
 
         Args:
             ids: prompt ``[batch, n]``, integer tensor, ``n >= 1``.
@@ -301,16 +314,64 @@ class CausalLM(nn.Module):
             generator=generator, use_cache=use_cache)
 
     @classmethod
+    def from_hf(cls, model) -> "CausalLM":
+        """A copy of a transformers Llama, Mistral, Qwen3 or DeepSeek-V3 causal LM, same weights.
+
+        Llama and Mistral as :meth:`from_hf_llama`; Qwen3 with
+        :class:`mhsa.QKNormAttention` in every layer (``attention="qk_norm"``, the norms'
+        epsilon copied); DeepSeek-V3 with :class:`mhsa.MultiHeadLatentAttention` in every
+        layer (built by a callable ``attention``). Rope scaling as :meth:`from_hf_llama`
+        (DeepSeek-V3: none). transformers is not imported: any object with that class name,
+        config and submodules works. The copy has the model's device and dtype and is in
+        eval mode.
+
+        Args:
+            model: a ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM`` or
+                ``DeepseekV3ForCausalLM`` whose layers are all dense.
+
+        Returns:
+            a :class:`CausalLM` whose logits equal the model's (float32: within 1e-4), with
+            and without the cache.
+
+        Raises:
+            TypeError: ``model`` is none of those classes.
+            ValueError: what ``mhsa.interop.hf_causal_lm.config_from_hf`` refuses:
+                mixture-of-experts layers (DeepSeek-V3 past ``first_k_dense_replace``),
+                biases, an activation other than SiLU, attention dropout, a rope type
+                mhsa does not scale, Qwen3 with sliding layers among full ones.
+        """
+        config = config_from_hf(model)
+        latent = config.pop("latent", None)
+        weight = model.lm_head.weight
+        kw = {"device": weight.device, "dtype": weight.dtype}
+        if latent is not None:
+            config["attention"] = functools.partial(MultiHeadLatentAttention, **latent, **kw)
+        ours = cls(**config, **kw)
+        copy_hf_weights(ours, model)
+        return ours.eval()
+
+    @classmethod
     def from_hf_llama(cls, model) -> "CausalLM":
         """A copy of a transformers ``LlamaForCausalLM`` or ``MistralForCausalLM``, same weights.
 
         Reads from ``model.config``: sizes, ``num_key_value_heads``, ``head_dim`` (mapped
-        onto ``qkv_dim = num_heads * head_dim``), the rope theta (``rope_parameters`` in
-        transformers 5.x), ``rms_norm_eps``, ``sliding_window`` (Mistral only, whose config
-        defaults to 4096; a Llama config may carry the key, but transformers' Llama ignores
-        it, and so does this copy) and ``tie_word_embeddings``. transformers is not imported: any
-        object with that config and those submodules works. The copy has the model's
-        device and dtype, and is in eval mode.
+        onto ``qkv_dim = num_heads * head_dim``), the rope theta and scaling
+        (``rope_parameters`` in transformers 5.x: rope types default, linear, dynamic, yarn
+        and llama3, see ``mhsa.interop.hf_llama.rope_from_hf``), ``rms_norm_eps``,
+        ``sliding_window`` (Mistral only, whose config defaults to 4096; a Llama config may
+        carry the key, but transformers' Llama ignores it, and so does this copy) and
+        ``tie_word_embeddings``. transformers is not imported: any object with that config
+        and those submodules works. The copy has the model's device and dtype, and is in
+        eval mode.
+
+        Dynamic NTK: transformers' rotary module keeps the frequencies of the longest call so
+        far until a call shorter than ``max_position_embeddings`` resets them; this copy
+        keeps nothing and computes each call's frequencies from that call's longest
+        position. The two agree call by call when the model is fresh (or was reset) and
+        calls do not get shorter beyond ``max_position_embeddings``, as in ``generate``
+        with or without the cache. Cached and uncached decoding differ from each other
+        beyond that length, in both (the cached keys keep the frequencies they were rotated
+        with).
 
         Args:
             model: a ``LlamaForCausalLM`` or ``MistralForCausalLM``.
@@ -321,8 +382,9 @@ class CausalLM(nn.Module):
         Raises:
             TypeError: ``model`` is not a transformers Llama or Mistral causal LM.
             ValueError: an architecture this class cannot represent: a rope type other
-                than ``"default"``, attention or MLP biases, an activation other than SiLU, or
-                attention dropout.
+                than default, linear, dynamic, yarn and llama3 (longrope, say), a
+                ``partial_rotary_factor`` below 1, attention or MLP biases, an activation
+                other than SiLU, or attention dropout.
         """
         config = config_from_hf_llama(model)
         weight = model.lm_head.weight

@@ -342,3 +342,113 @@ def test_adjust_queries_and_keys_is_the_variants_one_step(rope_base, need_weight
     untempered.load_state_dict(tempered.state_dict(), strict=False)
     with torch.no_grad():  # the same weights without temperatures: another output
         assert not torch.allclose(out, untempered(x)[0], atol=1e-3)
+
+
+# -- rope_scaling: scaled rotary positions, an option of the rotary positions -------------------
+
+SCALINGS = {
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4},
+    "llama3": {"rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 4,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 4},
+}
+
+
+def test_rope_scaling_errors_name_the_argument():
+    with pytest.raises(ValueError, match="`rope_scaling` scales rotary positions: pass a "
+                                         "`rope_base` with it"):
+        GroupedQueryAttention(EMBED, 4, 2, rope_scaling=SCALINGS["linear"])
+    with pytest.raises(TypeError, match="`rope_scaling` must be a dict with a 'rope_type' or "
+                                        "None, got float"):
+        GroupedQueryAttention(EMBED, 4, 2, rope_base=100.0, rope_scaling=4.0)
+    with pytest.raises(ValueError, match=r"`head_dim` \(2\) must be > 2"):
+        GroupedQueryAttention(EMBED, 4, 2, head_dim=2, rope_base=100.0,
+                              rope_scaling=SCALINGS["dynamic"])
+
+
+def test_rope_scaling_is_checked_shown_and_default_means_none():
+    mha = GroupedQueryAttention(EMBED, 4, 2, rope_base=100.0, rope_scaling=SCALINGS["yarn"])
+    assert mha.rope_scaling["beta_fast"] == 32.0
+    assert "rope_scaling={'rope_type': 'yarn'" in repr(mha)
+    default = GroupedQueryAttention(EMBED, 4, 2, rope_base=100.0,
+                                    rope_scaling={"rope_type": "default"})
+    assert default.rope_scaling is None and "rope_scaling" not in repr(default)
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+def test_rope_scaling_changes_the_output_as_the_scaled_angles_say(name):
+    """The module with ``rope_scaling`` equals the plain reference rotated with the scaled
+    angles (YaRN's attention factor in cos and sin), and differs from the unscaled module."""
+    from mhsa.core.rotary import RotaryAngles, rotary_angles
+
+    scaled = make(2, seed=3, rope_base=100.0, rope_scaling=SCALINGS[name])
+    plain = make(2, seed=3, rope_base=100.0)
+    x = torch.randn(2, 12, EMBED, generator=torch.Generator().manual_seed(3))
+    angles = RotaryAngles(*rotary_angles(torch.arange(12), EMBED // HEADS, base=100.0,
+                                         scaling=SCALINGS[name]))
+    with torch.no_grad():
+        out, weights = scaled(x, need_weights=True)
+        torch.testing.assert_close(out, plain(x, positions=angles)[0], **TOL32)
+        torch.testing.assert_close(scaled(x)[0], out, **TOL32)  # fused and explicit agree
+        assert not torch.allclose(out, plain(x)[0], atol=1e-3)
+    assert torch.allclose(weights.sum(-1), torch.ones(()))
+
+
+@pytest.mark.parametrize("name", ["linear", "yarn", "llama3"])
+def test_rope_scaling_cached_decoding_equals_the_full_pass(name):
+    mha = make(2, seed=4, rope_base=100.0, rope_scaling=SCALINGS[name])
+    x = torch.randn(2, 12, EMBED, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        steps, _ = decode_in_chunks(mha, x, [5, 1, 1, 5])
+        torch.testing.assert_close(steps, mha(x)[0], **TOL32)
+
+
+def test_dynamic_ntk_rotates_each_call_with_its_own_length():
+    """A chunk's keys are rotated with the frequencies of ``len(cache) + n`` and kept so:
+    cached decoding equals chunk-by-chunk rotation, and equals the full pass only up to the
+    training length (4 here). Per-sequence positions ``[b, n]`` use the longest of the batch."""
+    from mhsa.core.rotary import rotary_angles
+
+    mha = make(2, seed=5, rope_base=100.0, rope_scaling=SCALINGS["dynamic"])
+    x = torch.randn(2, 9, EMBED, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        short, _ = decode_in_chunks(mha, x[:, :4], [2, 1, 1])
+        torch.testing.assert_close(short, mha(x[:, :4])[0], **TOL32)
+        steps, _ = decode_in_chunks(mha, x, [4, 3, 2])
+        assert not torch.allclose(steps[:, 4:], mha(x)[0][:, 4:], atol=1e-4)
+        torch.testing.assert_close(steps[:, :7], decode_in_chunks(mha, x[:, :7], [4, 3])[0],
+                                   atol=0.0, rtol=0.0)
+        rows = torch.tensor([[0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 6, 7]])  # longest: 8
+        cos, sin = mha.rotary_angles(rows)
+        expected = rotary_angles(torch.arange(8), 8, base=100.0, scaling=SCALINGS["dynamic"])
+        torch.testing.assert_close(cos[0, 0], expected[0][:6], atol=0.0, rtol=0.0)
+        torch.testing.assert_close(sin[1, 0], expected[1][2:], atol=0.0, rtol=0.0)
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+def test_rope_scaling_kept_angles_equal_computed_ones(name):
+    """Short CPU position lists come from the kept angles, keyed by the scaling too."""
+    from mhsa.core.rotary import rotary_angles
+
+    mha = GroupedQueryAttention(EMBED, 4, 2, rope_base=100.0, rope_scaling=SCALINGS[name])
+    plain = GroupedQueryAttention(EMBED, 4, 2, rope_base=100.0)
+    positions = torch.arange(3, 9)
+    for _ in range(2):  # the second call reads the kept angles
+        got = mha.rotary_angles(positions)
+        expected = rotary_angles(positions, 8, base=100.0, scaling=SCALINGS[name])
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert not torch.equal(plain.rotary_angles(positions).cos, got.cos)  # not the unscaled ones
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="no torch.compile here")
+@pytest.mark.parametrize("name", ["yarn", "dynamic"])
+def test_rope_scaling_compiles_without_graph_break(name):
+    """Under torch.compile the scaled frequencies are traced inline; dynamic NTK's length is
+    a tensor (``max(positions) + 1``), never read back. backend="eager": tracing only."""
+    mha = make(2, seed=6, rope_base=100.0, rope_scaling=SCALINGS[name])
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: mha(x)[0], fullgraph=True, backend="eager")
+    x = torch.randn(2, 9, EMBED, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), mha(x)[0], **TOL32)

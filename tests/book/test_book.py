@@ -54,7 +54,7 @@ def test_first_code_cell_installs_mhsa_from_the_configured_repository(path):
     assert first["cell_type"] == "code" and "remove-cell" in first["metadata"].get("tags", [])
     source = "".join(first["source"])
     assert source == install_cell.install_cell(cells), "run: python .ci/install_cell.py"
-    default = re.search(r'os\.environ\.get\("MHSA_INSTALL_SOURCE", "([^"]+)"\)', source)
+    default = re.search(r'os\.environ\.get\(\s*"MHSA_INSTALL_SOURCE",\s*"([^"]+)"\)', source)
     assert default and default[1] == "git+" + CONFIG["repository"]["url"]
 
 
@@ -75,6 +75,21 @@ def test_notebook_is_stored_executed_in_order_without_errors(path):
         for output in cell["outputs"]:
             if output["output_type"] == "error":
                 assert "raises-exception" in cell["metadata"].get("tags", [])
+
+
+CODE_COLUMN = 88  # characters a code line may take: the book's code column, and Colab's
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_code_line_fits_the_books_code_column(path):
+    """No line of any code cell, the hidden install cell included, is longer than the code
+    column: a longer line makes the reader scroll sideways, on a phone even for short ones."""
+    too_long = [f"cell {k}, line {n}: {len(line)} characters: {line[:60]!r}..."
+                for k, cell in enumerate(json.loads(path.read_text())["cells"])
+                if cell["cell_type"] == "code"
+                for n, line in enumerate("".join(cell["source"]).splitlines(), start=1)
+                if len(line) > CODE_COLUMN]
+    assert not too_long, f"lines longer than {CODE_COLUMN} characters:\n" + "\n".join(too_long)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -168,6 +183,20 @@ def test_every_figure_has_alt_text(path):
             alt = cell["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
             source = "".join(cell["source"])
             assert len(alt) >= 40, f"figure without alt text, cell starting {source[:60]!r}"
+
+
+def test_mathjax_comes_from_the_book_not_a_cdn():
+    """_config.yml points MathJax at a file that chapters/_ext/mathjax_local.py copies into the build;
+    test_browser.py's ``test_mathjax_is_served_by_the_book`` checks the built pages."""
+    sphinx = CONFIG["sphinx"]
+    path = sphinx["config"]["mathjax_path"]
+    assert "://" not in path and not path.startswith("//"), f"MathJax from a CDN: {path}"
+    folder = ROOT / sphinx["local_extensions"]["mathjax_local"]
+    spec = importlib.util.spec_from_file_location("mathjax_local", folder / "mathjax_local.py")
+    extension = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extension)
+    assert path.startswith(f"{extension.FOLDER}/")
+    assert (extension.mathjax_es5() / path.removeprefix(f"{extension.FOLDER}/")).is_file()
 
 
 def config_rendering_stored_outputs(folder: Path) -> Path:

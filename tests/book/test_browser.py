@@ -10,9 +10,10 @@ few pages, and of every diagram (SVG) in its chapter with the text around it, go
   Without either, the tests skip and say why; in CI (``CI=true``) they fail instead.
 - The book: ``_build/html``, rebuilt first (strict) when it is missing or older than its sources; the build
   test of ``test_book.py`` has usually just made it. ``MHSA_BOOK_HTML`` points at another build, used as it is.
-- MathJax: the pages load MathJax 3 from a CDN. The browser gets a local copy instead when there is one, at
-  ``MHSA_MATHJAX`` or ``_build/mathjax/node_modules/mathjax``
-  (``npm install --prefix _build/mathjax mathjax@3``), so the check also runs offline.
+- MathJax: the book serves its own copy (``chapters/_ext/mathjax_local.py``), and the browser reaches nothing
+  but the book, so a page that still asked a CDN for MathJax would show raw TeX and fail the math check.
+- Narrow screens: every chapter is opened again 390 px wide (a phone) to check that nothing makes the page
+  wider than the screen and that no formula or table is cut off (``_static/narrow-screens.css``).
 """
 
 import functools
@@ -38,8 +39,6 @@ pytestmark = pytest.mark.book  # needs the built book, and builds it when it is 
 HTML = Path(os.environ.get("MHSA_BOOK_HTML", ROOT / "_build" / "html")).resolve()
 BOOK = HTML.parents[1]  # the book's sources: _config.yml, _toc.yml, chapters/
 SCREENSHOTS = HTML.parent / "screenshots"
-MATHJAX = Path(os.environ.get("MHSA_MATHJAX", ROOT / "_build" / "mathjax" / "node_modules" / "mathjax"))
-MATHJAX_CDN = re.compile(r"^https://[^/]+/(?:npm/)?mathjax@3/(?P<path>[^?#]+)")  # Sphinx's default URL
 # (page, element to scroll to or None): the landing page, a chapter's math and figures, the appendix
 SCREENSHOT_PAGES = [
     ("chapters/preface.html", None),
@@ -68,7 +67,7 @@ KNOWN_JS_ERRORS = re.compile(r"^Identifier 'THEBE_JS_URL' has already been decla
 # typesetting pass (30 s at most).
 TYPESET = """
 () => !(window.MathJax && MathJax.startup)
-  ? "MathJax did not load (offline, without a local copy of MathJax? See this file's docstring)"
+  ? "MathJax did not load (not served by the book? See this file's docstring)"
   : Promise.race([MathJax.startup.promise.then(() => true),
                   new Promise((resolve) => setTimeout(() => resolve("MathJax did not finish"), 30000))])
 """
@@ -212,17 +211,10 @@ def crawl():
 
 
 def route(base, route_, request):
-    """Serve the book; serve MathJax from the local copy when there is one; block everything else."""
-    url = request.url
-    if url.startswith((base, "data:")):
+    """Serve the book, MathJax included; block everything else (CDNs, fonts, analytics, other sites)."""
+    if request.url.startswith((base, "data:")):
         return route_.continue_()
-    mathjax = MATHJAX_CDN.match(url)
-    if mathjax:
-        local = MATHJAX / mathjax["path"]
-        if local.is_file():
-            return route_.fulfill(path=local)
-        return route_.continue_()  # no local copy: try the network
-    return route_.abort()  # fonts, analytics and other sites: not part of the book
+    return route_.abort()
 
 
 REDIRECT = re.compile(r'<meta http-equiv="refresh" content="\d+;\s*url=([^"]+)"', re.IGNORECASE)
@@ -492,4 +484,93 @@ def test_head_views_draw_offline_and_follow_their_menus_and_the_pointer():
         server.shutdown()
         server.server_close()
     problems += [f"blocked request the view needed: {url}" for url in blocked if "plotly" in url]
+    assert not problems, "\n".join(problems)
+
+
+def test_mathjax_is_served_by_the_book():
+    """Every page with math loads MathJax from the book's own files, never from a CDN (no browser needed)."""
+    ensure_built()
+    script = re.compile(r'<script\b[^>]*\bsrc="([^"]*mathjax[^"]*)"', re.IGNORECASE)
+    problems, pages_with_math = [], 0
+    for page in sorted(HTML.rglob("*.html")):
+        text = page.read_text(errors="replace")
+        sources = script.findall(text)
+        if 'class="math' in text:
+            pages_with_math += 1
+            if not sources:
+                problems.append(f"{page.relative_to(HTML)}: math but no MathJax script")
+        for src in sources:
+            if src.startswith(("http:", "https:", "//")):
+                problems.append(f"{page.relative_to(HTML)}: MathJax from outside the book: {src}")
+            elif not (page.parent / src.split("?")[0]).resolve().is_file():
+                problems.append(f"{page.relative_to(HTML)}: {src} is not in the build")
+    assert pages_with_math > 0, "no page of the book has math: is this the built book?"
+    assert not problems, "\n".join(problems)
+
+
+PHONE = {"width": 390, "height": 844}  # the narrowest screen the pages are laid out for
+# Runs in a page opened PHONE wide: what makes the page wider than the screen, and what is cut off.
+TOO_WIDE = r"""
+() => {
+  const screen = document.documentElement.clientWidth;
+  const scrolls = (e) => { for (let p = e; p; p = p.parentElement) {
+    const o = getComputedStyle(p).overflowX;
+    if ((o === "auto" || o === "scroll") && p.scrollWidth > p.clientWidth) return true; } return false; };
+  const describe = (e) => `${e.tagName.toLowerCase()}.${e.className}`.slice(0, 40) + ": "
+    + (e.textContent || "").trim().replace(/\s+/g, " ").slice(0, 60);
+  const wide = [], cut = [];
+  for (const e of document.querySelectorAll("main *")) {
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || getComputedStyle(e).visibility === "hidden") continue;
+    const parent = e.parentElement.getBoundingClientRect();
+    if (r.right > screen + 1 && parent.right <= screen + 1 && !scrolls(e)) wide.push(describe(e));
+  }
+  for (const e of document.querySelectorAll("main table, main .math, main mjx-container")) {
+    const o = getComputedStyle(e).overflowX;
+    if ((o === "hidden" || o === "clip") && e.scrollWidth > e.clientWidth + 8) cut.push(describe(e));
+  }
+  return {width: document.documentElement.scrollWidth, screen, wide, cut};
+}
+"""
+
+
+def test_pages_fit_a_phone_screen():
+    """At 390 px, wide tables, formulas and code scroll in their own box or wrap: the page itself never
+    gets wider than the screen, and nothing is cut off."""
+    chromium = chromium_executable()
+    if chromium is None:
+        skip_or_fail("Chromium not found: install Debian's `chromium` package or set MHSA_CHROMIUM")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        skip_or_fail("the browser check needs the `playwright` package (requirements.txt)")
+    ensure_built()
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(HTML)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    pages = sorted(p.relative_to(HTML).as_posix() for p in (HTML / "chapters").glob("*.html"))
+    problems = []
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+            context = browser.new_context(viewport=PHONE)
+            context.route("**/*", functools.partial(route, base))
+            page = context.new_page()
+            for path in pages:
+                page.goto(base + path, wait_until="load")
+                page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+                found = page.evaluate(TOO_WIDE)
+                if found["width"] > found["screen"]:
+                    problems.append(f"{path}: the page is {found['width']} px wide on a "
+                                    f"{found['screen']} px screen: " + "; ".join(found["wide"][:5]))
+                problems += [f"{path}: cut off: {e}" for e in found["cut"]]
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.goto(base + "chapters/05_encoder_layer.html", wait_until="load")
+            page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+            page.screenshot(path=str(SCREENSHOTS / "phone-05_encoder_layer.png"))
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
     assert not problems, "\n".join(problems)

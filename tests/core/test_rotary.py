@@ -7,6 +7,8 @@ A module with rotary positions under ``torch.autocast(bfloat16)``: AUTOCAST_TOL 
 exported or compiled against eager: 1e-5.
 """
 
+import math
+
 import pytest
 import torch
 from hypothesis import given
@@ -272,3 +274,204 @@ def test_compiles_once_for_every_length_with_dynamic_shapes():
             x = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
             torch.testing.assert_close(compiled(x), mha(x)[0],
                                        atol=1e-5, rtol=1e-5)
+
+
+# -- scaled rotary positions: rotary_frequencies against transformers' ROPE_INIT_FUNCTIONS ----
+#
+# Both compute the same float32 formulas up to the order of a few operations (a power, a
+# division, yarn's ramp written as one blend instead of two): a handful of roundings of
+# relative size eps apart, SCALED_TOL (measured: at most 2 eps).
+SCALED_TOL = worst_case(torch.float32, 8)
+TRAINED = 64  # original_max_position_embeddings of the cases below
+
+LLAMA3 = {"rope_type": "llama3", "original_max_position_embeddings": TRAINED,
+          "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+YARN = {"rope_type": "yarn", "original_max_position_embeddings": TRAINED}
+SCALINGS = {  # name: (our scaling without factor, transformers' rope_parameters w/o factor)
+    "linear": ({"rope_type": "linear"}, {"rope_type": "linear"}),
+    "dynamic": ({"rope_type": "dynamic", "original_max_position_embeddings": TRAINED},
+                {"rope_type": "dynamic"}),  # transformers: max_position_embeddings = TRAINED
+    "yarn": (YARN, YARN),
+    "yarn betas 16/2, no truncation": ({**YARN, "beta_fast": 16, "beta_slow": 2,
+                                        "truncate": False},) * 2,
+    "yarn mscale 0.707/1 (DeepSeek)": ({**YARN, "mscale": 0.707, "mscale_all_dim": 1.0},) * 2,
+    "yarn attention_factor 1.5": ({**YARN, "attention_factor": 1.5},) * 2,
+    "llama3": (LLAMA3, LLAMA3),
+    "llama3 2/8": ({**LLAMA3, "low_freq_factor": 2.0, "high_freq_factor": 8.0},) * 2,
+}
+
+
+def hf_rope_config(head_dim, base, factor, rope_parameters):
+    """A LlamaConfig carrying ``rope_parameters``; max_position_embeddings = TRAINED for
+    dynamic NTK (what it reads as the training length), factor * TRAINED otherwise."""
+    from transformers import LlamaConfig
+
+    longest = TRAINED if rope_parameters["rope_type"] == "dynamic" else int(factor * TRAINED)
+    return LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
+                       max_position_embeddings=longest,
+                       rope_parameters={**rope_parameters, "factor": factor,
+                                        "rope_theta": base})
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+@pytest.mark.parametrize("head_dim, base", [(8, 10000.0), (64, 10000.0), (128, 500000.0)])
+@pytest.mark.parametrize("factor", [1.0, 8.0])
+@pytest.mark.parametrize("seq_len", [None, 200])
+def test_frequencies_equal_transformers_rope_init_functions(name, head_dim, base, factor,
+                                                            seq_len):
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from mhsa.core.rotary import rotary_frequencies
+
+    ours, theirs = SCALINGS[name]
+    config = hf_rope_config(head_dim, base, factor, theirs)
+    expected, expected_factor = ROPE_INIT_FUNCTIONS[theirs["rope_type"]](config, "cpu",
+                                                                         seq_len=seq_len)
+    got, got_factor = rotary_frequencies(head_dim, base=base, scaling={**ours, "factor": factor},
+                                         seq_len=seq_len)
+    assert got.shape == (head_dim // 2,) and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, **SCALED_TOL)
+    assert got_factor == pytest.approx(expected_factor, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["linear", "dynamic", "yarn", "llama3"])
+def test_scaling_changes_the_low_frequencies_and_keeps_the_fastest(name):
+    """The test above can fail: with factor 8 (dynamic: at 4x the training length) the
+    slowest pair turns slower than unscaled, while llama3 and yarn keep the fastest pair."""
+    from mhsa.core.rotary import rotary_frequencies
+
+    plain, _ = rotary_frequencies(64, base=10000.0)
+    scaled, _ = rotary_frequencies(64, base=10000.0, scaling={**SCALINGS[name][0], "factor": 8.0},
+                                   seq_len=4 * TRAINED)
+    assert scaled[-1] < plain[-1] / 2
+    if name in ("yarn", "llama3", "dynamic"):
+        assert scaled[0] == plain[0]
+    else:  # position interpolation divides every frequency
+        torch.testing.assert_close(scaled, plain / 8, **SCALED_TOL)
+
+
+def test_dynamic_ntk_is_unscaled_up_to_the_training_length():
+    from mhsa.core.rotary import rotary_frequencies
+
+    dynamic = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 64}
+    plain, _ = rotary_frequencies(32, base=500.0)
+    for seq_len in (None, 1, 64):
+        assert torch.equal(rotary_frequencies(32, base=500.0, scaling=dynamic,
+                                              seq_len=seq_len)[0], plain)
+    assert not torch.allclose(rotary_frequencies(32, base=500.0, scaling=dynamic,
+                                                 seq_len=65)[0], plain)
+
+
+def test_linear_scaling_is_position_interpolation():
+    """Chen et al. 2023: the angles of position m under factor s are those of m / s."""
+    from mhsa.core.rotary import rotary_angles
+
+    positions = torch.arange(0, 64, 4)
+    cos, sin = rotary_angles(positions, 16, base=100.0, dtype=torch.float64,
+                             scaling={"rope_type": "linear", "factor": 4.0})
+    angles = (positions.double() / 4.0)[:, None] * 100.0 ** (-torch.arange(0, 16, 2).double() / 16)
+    angles = torch.cat([angles, angles], dim=-1)
+    torch.testing.assert_close(cos, angles.cos(), **TOL64)
+    torch.testing.assert_close(sin, angles.sin(), **TOL64)
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+@pytest.mark.parametrize("positions", [torch.arange(100), torch.arange(8) + 20,
+                                       torch.tensor([[3, 150, 7], [0, 1, 2]])],
+                         ids=["0..99", "20..27", "batch"])
+def test_angles_equal_transformers_llama_rotary_embedding(name, positions):
+    """cos and sin, YaRN's attention factor included, as transformers' rotary module computes
+    them for a fresh model; dynamic NTK reads the longest position of the call (over the
+    batch) in both."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from mhsa.core.rotary import rotary_angles
+
+    ours, theirs = SCALINGS[name]
+    config = hf_rope_config(16, 10000.0, 4.0, theirs)
+    batch = positions if positions.dim() == 2 else positions[None]
+    x = torch.zeros(1, dtype=torch.float32)
+    expected = LlamaRotaryEmbedding(config)(x, batch)
+    got = rotary_angles(positions, 16, base=10000.0, scaling={**ours, "factor": 4.0})
+    for mine, want in zip(got, expected):
+        torch.testing.assert_close(mine, want if positions.dim() == 2 else want[0], **SCALED_TOL)
+
+
+def test_yarn_attention_factor_scales_the_scores_by_its_square():
+    from mhsa.core.rotary import rotary_angles, rotate
+
+    yarn = {**YARN, "factor": 16.0}
+    plain = {**yarn, "attention_factor": 1.0}
+    factor = 0.1 * math.log(16.0) + 1.0  # YaRN's sqrt(1/t)
+    positions = torch.arange(6)
+    q, k = torch.randn(2, 1, 6, 16, dtype=torch.float64,
+                       generator=torch.Generator().manual_seed(7))
+    scaled = [rotate(x, *rotary_angles(positions, 16, dtype=torch.float64, scaling=yarn))
+              for x in (q, k)]
+    unscaled = [rotate(x, *rotary_angles(positions, 16, dtype=torch.float64, scaling=plain))
+                for x in (q, k)]
+    torch.testing.assert_close(scaled[0] @ scaled[1].mT,
+                               factor**2 * (unscaled[0] @ unscaled[1].mT), **TOL64)
+
+
+@pytest.mark.parametrize("scaling, error, match", [
+    ([("rope_type", "linear")], TypeError, "`rope_scaling` must be a dict"),
+    ({"factor": 2.0}, ValueError, r"`rope_scaling\['rope_type'\]` must be one of .*got None"),
+    ({"rope_type": "longrope", "factor": 2.0}, ValueError,
+     r"must be one of \['default', 'dynamic', 'linear', 'llama3', 'yarn'\], got 'longrope'"),
+    ({"rope_type": "linear"}, ValueError, "rope_type 'linear' needs the key 'factor'"),
+    ({"rope_type": "yarn", "factor": 2.0}, ValueError,
+     "needs the key 'original_max_position_embeddings'"),
+    ({"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}, ValueError,
+     r"not \['rope_theta'\] \(the base is `rope_base`\)"),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64,
+      "low_freq_factor": 1.0, "high_freq_factor": 4.0, "beta_fast": 3}, ValueError,
+     r"rope_type 'llama3' reads .*not \['beta_fast'\]"),
+    ({"rope_type": "linear", "factor": 0.0}, ValueError,
+     r"`rope_scaling\['factor'\]` must be > 0, got 0.0"),
+    ({"rope_type": "linear", "factor": "2"}, TypeError,
+     r"`rope_scaling\['factor'\]` must be a number, got str '2'"),
+    ({"rope_type": "linear", "factor": True}, TypeError, "must be a number, got bool"),
+    ({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64.0},
+     TypeError, r"`rope_scaling\['original_max_position_embeddings'\]` must be an int"),
+    ({**YARN, "factor": 2.0, "truncate": 1}, TypeError,
+     r"`rope_scaling\['truncate'\]` must be a bool, got int"),
+    ({**YARN, "factor": 2.0, "beta_slow": -1}, ValueError, r"'beta_slow'\]` must be > 0"),
+    ({**LLAMA3, "factor": 8.0, "low_freq_factor": 4.0}, ValueError,
+     r"`rope_scaling\['high_freq_factor'\]` \(4.0\) must be > `low_freq_factor` \(4.0\)"),
+])
+def test_check_rope_scaling_names_what_is_wrong(scaling, error, match):
+    from mhsa.core.rotary import check_rope_scaling
+
+    with pytest.raises(error, match=match):
+        check_rope_scaling(scaling)
+
+
+def test_check_rope_scaling_completes_and_copies():
+    from mhsa.core.rotary import check_rope_scaling
+
+    given = {**YARN, "factor": 4, "attention_factor": None}  # None: absent, as transformers
+    checked = check_rope_scaling(given)
+    assert checked == {**YARN, "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                       "truncate": True}
+    assert checked is not given and "beta_fast" not in given
+    assert check_rope_scaling(None) is None and check_rope_scaling({"rope_type": "default"}) is None
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"head_dim": 7}, ValueError, r"`head_dim` \(7\) must be even"),
+    ({"head_dim": 8.0}, TypeError, "`head_dim` must be an int"),
+    ({"head_dim": 8, "base": "1e4"}, TypeError, "`base` must be a number, got str"),
+    ({"head_dim": 8, "base": -1.0}, ValueError, r"`base` must be > 0, got -1.0"),
+    ({"head_dim": 8, "base": 1.0, "scaling": {**YARN, "factor": 2.0}}, ValueError,
+     r"`base` must be > 1, got 1.0"),
+    ({"head_dim": 8, "seq_len": 0}, ValueError, "`seq_len` must be a positive int, got 0"),
+    ({"head_dim": 2, "scaling": {"rope_type": "dynamic", "factor": 2.0,
+                                 "original_max_position_embeddings": 8}},
+     ValueError, r"`head_dim` \(2\) must be > 2"),
+])
+def test_rotary_frequencies_rejects_bad_input(kwargs, error, match):
+    from mhsa.core.rotary import rotary_frequencies
+
+    with pytest.raises(error, match=match):
+        rotary_frequencies(**kwargs)

@@ -9,7 +9,8 @@ import matplotlib
 import pytest
 import torch
 
-from mhsa.course.plotting import head_view, plot_attention, plot_heads
+import mhsa
+from mhsa.course.plotting import head_view, plot_attention, plot_encoder_decoder, plot_heads
 
 from tolerances import rounded_to
 
@@ -118,3 +119,39 @@ def test_importing_mhsa_does_not_import_plotly():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             check=True)
     assert result.stdout.strip() == "False"
+
+
+def drawn(fig, kind):
+    """The gids of the patches of ``fig`` whose gid starts with ``kind``."""
+    return [p.get_gid() for p in fig.axes[0].patches if (p.get_gid() or "").startswith(kind)]
+
+
+@pytest.mark.parametrize(("num_layers", "norm_first"), [(2, False), (3, True)])
+def test_plot_encoder_decoder_draws_the_model_it_is_given(num_layers, norm_first):
+    model = mhsa.EncoderDecoder(11, 13, 16, 2, 24, num_layers=num_layers, norm_first=norm_first)
+    fig = plot_encoder_decoder(model)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert drawn(fig, "encoder.layers.") == [f"encoder.layers.{k}" for k in range(num_layers)]
+    assert drawn(fig, "decoder.layers.") == [
+        f"decoder.layers.{k}.{name}" for k in range(num_layers)
+        for name in ("self_attn", "cross_attn", "feed_forward")]
+    # the final encoder output feeds the cross-attention of every decoder layer
+    assert drawn(fig, "memory->") == [f"memory->decoder.layers.{k}.cross_attn"
+                                      for k in range(num_layers)]
+    memory = next(p for p in fig.axes[0].patches if p.get_gid() == "memory")
+    last_encoder = next(p for p in fig.axes[0].patches
+                        if p.get_gid() == f"encoder.layers.{num_layers - 1}")
+    assert memory.get_y() < last_encoder.get_y()  # memory sits below the last encoder layer
+    assert [f"encoder layer {k + 1}\nself_attn, feed_forward" for k in range(num_layers)] == [
+        t for t in texts if t.startswith("encoder layer")]
+    assert "lm_head: Linear(16 → 13)" in texts
+    assert "(source vocabulary 11)" in "\n".join(texts)
+    assert ("pre-norm" if norm_first else "post-norm") in texts[0]
+    assert (drawn(fig, "encoder.norm") == ["encoder.norm"]) == norm_first
+    assert (drawn(fig, "decoder.norm") == ["decoder.norm"]) == norm_first
+    matplotlib.pyplot.close(fig)
+
+
+def test_plot_encoder_decoder_refuses_another_model():
+    with pytest.raises(TypeError, match=r"`model` must be an mhsa.EncoderDecoder, got Encoder"):
+        plot_encoder_decoder(mhsa.Encoder(16, 2, 24, 2))

@@ -25,9 +25,10 @@ DERIVED = {
     "01.1": 1.0,  # equal input vectors, one per-token MLP: equal outputs, cosine 1
     "01.2": 1 / 5,  # zero queries: equal scores, softmax spreads 1 evenly over 5 tokens
     "01.3": 1.0,  # without positions, attention is permutation-equivariant: same vector
-    "02.1": math.exp(19 / 8) / sum(math.exp(s / 8) for s in (11, 16, 19)),  # sqrt(64) = 8
-    "02.2": math.log(0.05 / 0.9),  # softmax(0, s, s) = (0.9, 0.05, 0.05)
-    "02.3": math.sqrt(32 / 256),  # std sqrt(d) / sqrt(e)
+    "02.1": 3 * 2 + (-1) * 0,  # world's query (3, -1) with Hello's key (2, 0)
+    "02.2": math.exp(19 / 8) / sum(math.exp(s / 8) for s in (11, 16, 19)),  # sqrt(64) = 8
+    "02.3": math.log(0.05 / 0.9),  # softmax(0, s, s) = (0.9, 0.05, 0.05)
+    "02.4": math.sqrt(32 / 256),  # std sqrt(d) / sqrt(e)
     "03.1": 3 * (256 * 128 + 128) + (128 * 256 + 256),  # q, k, v to 128, then back to 256
     "03.2": math.sqrt(768 / 12),
     "03.3": (2 * 6 + 0) * 5 // (4 * 5),  # flat offset (head * n + token) * d, rows of h * d
@@ -59,6 +60,10 @@ DERIVED = {
     "12.1": (512 + 64) * 2 * 60 / 2**10,  # latent and rotary key, 2 bytes each, 60 layers, in KiB
     "12.2": (4 + 1 / 2) / 2,  # 2 n_g d_h = d_c + d_h^R = 4 d_h + d_h / 2
     "12.3": 80 * (2 * 8 * 128 + 4 * 8 * 128 / 32 + 4 * 8) / 2**10,  # codes, key and value scales
+    "13.1": math.sqrt(128),  # normed q and k have length sqrt(d): at most d / sqrt(d)
+    "13.2": 50 * math.tanh(100 / 50),  # cap * tanh(score / cap)
+    "13.3": (0.1 * math.log(16384 / 4096) + 1) ** 2,  # on cos and sin, so twice on a score
+    "13.4": 2 * 32 * 32 * 128 * 2 * (4 + 1020) / 2**20,  # sinks and window, in MiB
 }
 
 
@@ -80,6 +85,22 @@ def test_registered_answer_equals_the_hand_derivation(exercise, capsys):
                         abs_tol=tol["atol"])
     check(exercise, DERIVED[exercise])
     assert capsys.readouterr().out == f"exercise {exercise}: correct\n"
+
+
+def test_pencil_table_is_the_one_worked_out_by_hand():
+    from mhsa.course.answers.ch02 import pencil_scores
+
+    # queries Hello (1, 2), world (3, -1); keys Hello (2, 0), world (1, 2); rows are queries
+    by_hand = torch.tensor([[1 * 2 + 2 * 0, 1 * 1 + 2 * 2], [3 * 2 - 1 * 0, 3 * 1 - 1 * 2]])
+    assert torch.equal(pencil_scores(), by_hand.float())  # small integers: exact in float32
+    assert pencil_scores().argmax(dim=-1).tolist() == [1, 0]  # each query prefers the other key
+
+
+def test_check_hints_at_the_transposed_cell_of_the_pencil_table(capsys):
+    check("02.1", 1 * 1 + 2 * 2)  # Hello's query with world's key: keys taken as the rows
+    verdict, hint = capsys.readouterr().out.splitlines()
+    assert verdict == "exercise 02.1: not yet, try again"
+    assert hint.startswith("hint: ") and "Queries are on the rows" in hint
 
 
 def test_check_says_correct_within_the_tolerance_and_not_yet_outside(capsys):

@@ -270,22 +270,24 @@ def test_generate_zero_tokens_returns_the_prompt():
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
-     "rope type 'linear'"),
-    ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 5e5,
-                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                          "original_max_position_embeddings": 64}}, "rope type 'llama3'"),
-    ({"attention_bias": True}, "attention_bias=True"),
-    ({"mlp_bias": True}, "mlp_bias=True"),
-    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-    ({"attention_dropout": 0.1}, "attention_dropout=0.1"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
+                          "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+                          "original_max_position_embeddings": 64}},
+     "rope type 'longrope' .*mhsa cannot represent it"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                          "partial_rotary_factor": 0.5}},
+     "partial_rotary_factor=0.5 .*mhsa cannot represent it"),
+    ({"attention_bias": True}, "attention_bias=True.*mhsa.CausalLM cannot represent it"),
+    ({"mlp_bias": True}, "mlp_bias=True.*mhsa.CausalLM cannot represent it"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'.*mhsa.CausalLM cannot represent it"),
+    ({"attention_dropout": 0.1}, "attention_dropout=0.1.*mhsa.CausalLM cannot represent it"),
 ])
 def test_from_hf_llama_refuses_what_it_cannot_represent(change, match):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
                          num_hidden_layers=1, num_attention_heads=4, **change)
-    with pytest.raises(ValueError, match=match + ".*mhsa.CausalLM cannot represent it"):
+    with pytest.raises(ValueError, match=match):
         CausalLM.from_hf_llama(LlamaForCausalLM(config))
 
 
@@ -450,3 +452,104 @@ def test_a_callable_attention_is_checked(kwargs, error, match):
     kwargs = {"attention": latent_attention, **kwargs}
     with pytest.raises(error, match=match):
         CausalLM(VOCAB, 32, 4, 48, 1, **kwargs)
+
+
+# -- scaled rotary positions: transformers' rope types beyond the training length ------------
+
+TRAINED = 16  # original_max_position_embeddings: the test sequences run to 40
+SCALED = {  # name: hf_model keyword arguments (rope_parameters and max_position_embeddings)
+    "linear": {"rope": {"rope_type": "linear", "factor": 4.0}},
+    "dynamic": {"rope": {"rope_type": "dynamic", "factor": 4.0}, "max_positions": TRAINED},
+    "yarn": {"rope": {"rope_type": "yarn", "factor": 4.0,
+                      "original_max_position_embeddings": TRAINED},
+             "max_positions": 4 * TRAINED},
+    "llama3": {"rope": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": TRAINED},
+               "max_positions": 4 * TRAINED},
+}
+
+
+def scaled_pair(name, seed=5):
+    """A fresh transformers Llama with the rope type ``name`` (theta 100: even the slowest
+    pairs of the 8-wide heads turn within 40 positions) and its mhsa copy."""
+    theirs = hf_model(theta=100.0, seed=seed, **SCALED[name])
+    return CausalLM.from_hf_llama(theirs), theirs
+
+
+@pytest.mark.parametrize("name", list(SCALED))
+def test_scaled_rope_logits_equal_transformers_beyond_the_training_length(name):
+    ours, theirs = scaled_pair(name)
+    assert ours.layers[0].attn.rope_scaling["rope_type"] == name
+    ids = torch.randint(VOCAB, (2, 40), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        expected = theirs(ids).logits
+        got = ours(ids)
+        unscaled = CausalLM(**{**mhsa.interop.hf_llama.config_from_hf_llama(theirs),
+                               "rope_scaling": None})
+        unscaled.load_state_dict(ours.state_dict())
+        plain = unscaled.eval()(ids)
+    torch.testing.assert_close(got, expected, **TOL)
+    assert not torch.allclose(plain[:, TRAINED:], expected[:, TRAINED:], atol=1e-2)  # can fail
+
+
+@pytest.mark.parametrize("name", list(SCALED))
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_scaled_rope_greedy_tokens_equal_transformers_generate(name, use_cache):
+    """A 10-token prompt and 30 new tokens: decoding crosses the training length (16). For
+    dynamic NTK both sides change the frequencies at every step past it."""
+    ours, theirs = scaled_pair(name)
+    ids = torch.randint(VOCAB, (2, 10), generator=torch.Generator().manual_seed(7))
+    expected = theirs.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                               max_new_tokens=30, min_new_tokens=30, use_cache=use_cache)
+    got = ours.generate(ids, 30, use_cache=use_cache)
+    assert torch.equal(got, expected)
+    assert len(set(got[0, 10:].tolist())) > 1  # not one token repeated: the test can fail
+
+
+def test_dynamic_ntk_cached_decoding_equals_transformers_cached_decoding():
+    """Each step's logits, with the cache, as transformers' cached ``generate`` computes them
+    (the cached keys keep the frequencies they were rotated with); the full pass over the
+    same tokens rotates every key with the frequencies of the full length, so past the
+    training length its logits differ, in transformers and here alike."""
+    ours, theirs = scaled_pair("dynamic")
+    ids = torch.randint(VOCAB, (1, 10), generator=torch.Generator().manual_seed(8))
+    out = theirs.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                          max_new_tokens=20, min_new_tokens=20, output_logits=True,
+                          return_dict_in_generate=True)
+    tokens, expected = out.sequences, torch.stack(out.logits, dim=1)  # [1, 20, vocab]
+    cache = ours.new_cache()
+    with torch.no_grad():
+        steps = [ours(tokens[:, :10], cache=cache, last_only=True)]
+        steps += [ours(tokens[:, t:t + 1], cache=cache) for t in range(10, 29)]
+        full = ours(tokens[:, :29])[:, 9:]
+        theirs_full = theirs(tokens[:, :29]).logits[:, 9:]
+        short = ours(tokens[:, :TRAINED])[:, 9:]  # the training length: no scaling yet
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, **TOL)
+    torch.testing.assert_close(full, theirs_full, **TOL)
+    unscaled = TRAINED - 9  # the steps that read at most TRAINED tokens
+    torch.testing.assert_close(short, expected[:, :unscaled], **TOL_CACHE)
+    assert not torch.allclose(full[:, unscaled:], expected[:, unscaled:], atol=1e-3)
+
+
+def test_dynamic_ntk_keeps_no_table_of_angles():
+    """A call's angles depend on its own length only: the same 30 tokens give the same logits
+    after a 40-token call as in a fresh model (a table of the 40-token angles would not)."""
+    ours, _ = scaled_pair("dynamic")
+    ids = torch.randint(VOCAB, (1, 40), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        fresh = ours(ids[:, :30])
+        ours(ids)
+        again = ours(ids[:, :30])
+        longer = ours(ids)[:, :30]
+    torch.testing.assert_close(again, fresh, atol=0.0, rtol=0.0)
+    assert not torch.allclose(longer, fresh, atol=1e-3)  # 40 tokens: other frequencies
+    assert ours._angle_table is None
+
+
+def test_causal_lm_passes_rope_scaling_to_every_layer():
+    scaling = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8}
+    model = CausalLM(VOCAB, 32, 4, 48, 2, rope_scaling=scaling)
+    assert all(layer.attn.rope_scaling["factor"] == 2.0 for layer in model.layers)
+    assert CausalLM(VOCAB, 32, 4, 48, 1).layers[0].attn.rope_scaling is None
+    with pytest.raises(ValueError, match="rope_type 'yarn' needs the key 'factor'"):
+        CausalLM(VOCAB, 32, 4, 48, 1, rope_scaling={"rope_type": "yarn"})

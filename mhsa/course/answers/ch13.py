@@ -1,0 +1,50 @@
+"""Answers to the exercises of chapter 13, long context and stable scores. Try them first."""
+
+import torch
+
+from mhsa.attention.qk_norm import QKNormAttention
+from mhsa.core.rotary import rotary_frequencies
+
+
+def _qk_norm_largest_score() -> float:
+    """13.1: the largest score of unit-gain query/key norms with head_dim 128."""
+    attn = QKNormAttention(256, 2, 2)  # head_dim 128; the norms' gains start at 1
+    q = torch.randn(1, 2, 1, 128, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        q, k = attn.adjust_queries_and_keys(q, q.clone())  # one direction: the largest score
+    return (q @ k.transpose(-2, -1) / 128**0.5).max().item()
+
+
+def _capped_score() -> float:
+    """13.2: what Gemma 2's cap of 50 makes of a score of 100."""
+    return (50 * torch.tanh(torch.tensor(100.0, dtype=torch.float64) / 50)).item()
+
+
+def _yarn_score_factor() -> float:
+    """13.3: YaRN's factor on the scores when 4096 positions are stretched to 16384."""
+    yarn = {"rope_type": "yarn", "factor": 16384 / 4096, "original_max_position_embeddings": 4096}
+    _, attention_factor = rotary_frequencies(128, base=10000.0, scaling=yarn)
+    return attention_factor**2  # cos and sin carry it, so queries and keys each once
+
+
+def _streamingllm_cache_mib() -> float:
+    """13.4: MiB of Llama 2 7B's float16 keys and values for 4 sinks and a window of 1020."""
+    bytes_per_token = 2 * 32 * 32 * 128 * torch.empty(0, dtype=torch.float16).element_size()
+    return bytes_per_token * (4 + 1020) / 2**20
+
+
+ANSWERS = {
+    "13.1": _qk_norm_largest_score,
+    "13.2": _capped_score,
+    "13.3": _yarn_score_factor,
+    "13.4": _streamingllm_cache_mib,
+}
+TOLERANCES = {"13.1": 0.005, "13.2": 0.05, "13.3": 0.005}  # "to two decimals", "to one"
+
+# common wrong answers, with the hint the self-check prints for each
+HINTS = {
+    "13.1": [(128.0, "that is the dot product of the two normed vectors: the score divides it by "
+                     "sqrt(head_dim)")],
+    "13.3": [(1.14, "that is the factor on the cosines and sines: a score multiplies a rotated "
+                    "query by a rotated key, each carrying it")],
+}
