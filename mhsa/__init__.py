@@ -21,7 +21,7 @@ This page's names are the ones the chapters teach. A name imported as itself
 
 from mhsa.attention import Attention, GroupedQueryAttention, MultiHeadAttention, record_attention
 from mhsa.attention.from_hf import attention_from_hf as attention_from_hf
-from mhsa.attention.latent import MultiHeadLatentAttention as MultiHeadLatentAttention
+from mhsa.attention.latent import LatentCache, MultiHeadLatentAttention
 from mhsa.attention.qk_norm import QKNormAttention
 from mhsa.attention.sinks import SinkAttention
 from mhsa.attention.soft_capped import SoftCappedAttention
@@ -40,6 +40,7 @@ from mhsa.core.masks import (
     sliding_window_mask,
 )
 from mhsa.core.patches import patchify, unpatchify
+from mhsa.core.quantized_cache import QuantizedKVCache, quantize_symmetric
 from mhsa.core.rotary import apply_rotary
 from mhsa.core.sink_cache import SinkKVCache
 from mhsa.layers import DecoderLayer, EncoderLayer, FeedForward, SwiGLU
@@ -65,8 +66,11 @@ __all__ = [
     "FeedForward",
     "GroupedQueryAttention",
     "KVCache",
+    "LatentCache",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "QKNormAttention",
+    "QuantizedKVCache",
     "SinkAttention",
     "SinkKVCache",
     "SoftCappedAttention",
@@ -84,6 +88,7 @@ __all__ = [
     "padding_mask",
     "padding_mask_from_ids",
     "patchify",
+    "quantize_symmetric",
     "record_attention",
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",

@@ -63,6 +63,7 @@ def taught_names() -> dict:
 # Classes a chapter uses without naming them: what a taught function returns.
 ALSO_TAUGHT = {
     "mhsa.models.pretrained.PretrainedEncoder": "load_minilm returns it; chapter 8 calls its methods",
+    "mhsa.course.manual_text.ManualSplit": "python_manual returns it; chapter 12 reads its fields",
 }
 
 

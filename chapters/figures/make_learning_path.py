@@ -1,4 +1,4 @@
-"""Draw the course's learning path for the preface: chapters 1-11 as boxes, grouped by part.
+"""Draw the course's learning path for the preface: chapters 1-13 as boxes, grouped by part.
 
 Run from anywhere with the course's Python: ``python chapters/figures/make_learning_path.py``.
 It rewrites ``learning_path.svg`` next to this file; the output is byte-for-byte reproducible.
@@ -36,6 +36,7 @@ PARTS = [
         (11, "Positions, windows\nand induction", "rotary positions,\ncopying from context"),
     ]),
     ("Part VII: Attention since 2024", [
+        (12, "The cache diet", "latent attention,\nan int8 cache"),
         (13, "Long context and\nstable scores", "rotary scaling, sinks,\nFlexAttention masks"),
     ]),
 ]

@@ -389,7 +389,7 @@ class LatentCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the buffer, spare positions included: ``b * allocated * (c + dr) * element_size``.
+        """Bytes of the buffer, spare positions included, ``b * allocated * (c + dr) * element_size``.
 
         With the exact ``capacity`` it will need, ``batch * positions * (kv_lora_rank +
         qk_rope_head_dim) * element_size``. 0 while empty.

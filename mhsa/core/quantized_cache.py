@@ -124,7 +124,7 @@ class QuantizedKVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: codes and scales of every allocated position, plus the residual.
+        """Bytes held by the codes and scales of every allocated position, plus the residual.
 
         ``2 * b * g * allocated * d`` (int8 codes) ``+ 4 * b * g * allocated * d /
         group_size`` (key scales) ``+ 4 * b * g * allocated`` (value scales) ``+ 2 * b * g

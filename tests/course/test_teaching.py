@@ -57,6 +57,9 @@ DERIVED = {
     "11.1": 32 * (4096 - 1),  # each layer reaches window - 1 positions further back
     "11.2": 2 * 32 * 8 * 128 * 2 * 4096 / 2**20,  # per-token bytes times the window, in MiB
     "11.3": 3,  # "x a b c d x a b": the last b's earlier copy sits at 2, the token after it at 3
+    "12.1": (512 + 64) * 2 * 60 / 2**10,  # latent and rotary key, 2 bytes each, 60 layers, in KiB
+    "12.2": (4 + 1 / 2) / 2,  # 2 n_g d_h = d_c + d_h^R = 4 d_h + d_h / 2
+    "12.3": 80 * (2 * 8 * 128 + 4 * 8 * 128 / 32 + 4 * 8) / 2**10,  # codes, key and value scales
     "13.1": math.sqrt(128),  # normed q and k have length sqrt(d): at most d / sqrt(d)
     "13.2": 50 * math.tanh(100 / 50),  # cap * tanh(score / cap)
     "13.3": (0.1 * math.log(16384 / 4096) + 1) ** 2,  # on cos and sin, so twice on a score
