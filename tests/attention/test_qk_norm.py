@@ -161,7 +161,7 @@ def test_only_the_extension_point_is_overridden():
 
 def test_causal_lm_builds_it_by_name_and_decodes_with_the_cache():
     assert CAUSAL_ATTENTION["qk_norm"] is QKNormAttention
-    assert mhsa.QKNormAttention is QKNormAttention and "QKNormAttention" not in mhsa.__all__
+    assert mhsa.QKNormAttention is QKNormAttention and "QKNormAttention" in mhsa.__all__
     torch.manual_seed(4)
     model = CausalLM(50, 32, 4, 48, 2, num_kv_heads=2, rope_base=100.0,
                      attention="qk_norm").eval()
