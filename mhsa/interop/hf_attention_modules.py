@@ -5,7 +5,7 @@ transformers is never imported here: the functions read the module they are give
 from what these return (``mhsa.attention.soft_capped``, ``mhsa.attention.sinks``).
 """
 
-from mhsa.interop.hf_llama import rope_from_hf
+from mhsa.interop.hf_llama import attention_config, rope_from_hf
 from mhsa.interop.weights import copy_weights
 
 _PROJECTIONS = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj",
@@ -95,15 +95,5 @@ def _refuse(config, problems: list) -> None:
 
 
 def _common(module, config) -> dict:
-    rope_base, rope_scaling = rope_from_hf(config)
-    return {
-        "embed_dim": config.hidden_size,
-        "num_heads": config.num_attention_heads,
-        "num_kv_heads": config.num_key_value_heads,
-        "head_dim": module.head_dim,
-        "rope_base": rope_base,
-        "rope_scaling": rope_scaling,
-        "window": module.sliding_window,
-        "bias": module.q_proj.bias is not None,
-        "dropout": float(config.attention_dropout or 0.0),
-    }
+    return {**attention_config(module, window=module.sliding_window),
+            "dropout": float(config.attention_dropout or 0.0)}

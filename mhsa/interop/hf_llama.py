@@ -187,6 +187,20 @@ def config_from_hf_llama_attention(module) -> dict:
     if getattr(config, "attention_dropout", 0.0):
         raise ValueError(f"`module` has attention_dropout={config.attention_dropout} (no "
                          "dropout): mhsa cannot represent it")
+    window = getattr(config, "sliding_window", None) if config.model_type in WINDOWED else None
+    return attention_config(module, window=window)
+
+
+def attention_config(module, *, window) -> dict:
+    """The keyword arguments of :class:`mhsa.GroupedQueryAttention` that every transformers
+    attention module of the Llama family carries: ``{"embed_dim", "num_heads",
+    "num_kv_heads", "head_dim", "rope_base", "rope_scaling", "window", "bias"}``, read from
+    ``module.config``, ``module.head_dim`` and ``module.q_proj``; ``window`` as given.
+
+    Raises:
+        ValueError: a rope type mhsa does not scale (:func:`rope_from_hf`).
+    """
+    config = module.config
     rope_base, rope_scaling = rope_from_hf(config)
     return {
         "embed_dim": config.hidden_size,
@@ -195,7 +209,6 @@ def config_from_hf_llama_attention(module) -> dict:
         "head_dim": module.head_dim,
         "rope_base": rope_base,
         "rope_scaling": rope_scaling,
-        "window": getattr(config, "sliding_window", None) if config.model_type in WINDOWED
-        else None,
+        "window": window,
         "bias": module.q_proj.bias is not None,
     }

@@ -4,7 +4,7 @@ transformers is never imported here: the functions read the module they are give
 ``config``, sizes and submodules).
 """
 
-from mhsa.interop.hf_llama import rope_from_hf
+from mhsa.interop.hf_llama import attention_config
 from mhsa.interop.weights import copy_weights
 
 
@@ -32,18 +32,8 @@ def qk_norm_config_from_hf_qwen3(module) -> dict:
     if getattr(config, "attention_dropout", 0.0):
         raise ValueError(f"`module` has attention_dropout={config.attention_dropout} (no "
                          "dropout): mhsa cannot represent it")
-    rope_base, rope_scaling = rope_from_hf(config)
-    return {
-        "embed_dim": config.hidden_size,
-        "num_heads": config.num_attention_heads,
-        "num_kv_heads": config.num_key_value_heads,
-        "head_dim": module.head_dim,
-        "rope_base": rope_base,
-        "rope_scaling": rope_scaling,
-        "window": module.sliding_window,
-        "bias": module.q_proj.bias is not None,
-        "norm_eps": module.q_norm.variance_epsilon,
-    }
+    return {**attention_config(module, window=module.sliding_window),
+            "norm_eps": module.q_norm.variance_epsilon}
 
 
 def copy_hf_qwen3_attention_weights(ours, module) -> None:
