@@ -74,6 +74,20 @@ def plain_explicit_attention(mha, query, key=None, value=None, *, attn_mask=None
     return _merge(mha, weights @ v), weights
 
 
+def run_hf_attention(module, x, rotary_embedding):
+    """A transformers attention module's forward on ``x`` ``[b, n, e]``: its model's rotary
+    cos/sin at ``arange(n)`` (``rotary_embedding``, the model's rotary class), and the causal
+    (or, with ``module.sliding_window``, sliding-window) mask of mhsa as an additive one.
+    Returns the module's ``(output, weights)``."""
+    n = x.shape[1]
+    positions = torch.arange(n)[None].expand(x.shape[0], -1)
+    cos, sin = rotary_embedding(module.config)(x, positions)
+    window = module.sliding_window
+    mask = mhsa.causal_mask(n) if window is None else mhsa.sliding_window_mask(n, window=window)
+    additive = mhsa.mask_to_additive(mask)[None, None].expand(x.shape[0], 1, n, n)
+    return module(x, position_embeddings=(cos, sin), attention_mask=additive)
+
+
 def decode_in_chunks(module, x, sizes, **kwargs):
     """Feed ``x`` [b, n, e] to ``module`` in consecutive chunks of ``sizes`` with one cache:
     ``(outputs [b, n, e], cache)``. The sizes must add up to n."""

@@ -15,7 +15,7 @@ import torch
 import mhsa
 from mhsa import GroupedQueryAttention, SoftCappedAttention
 
-from references import decode_in_chunks, spread_weights_
+from references import decode_in_chunks, run_hf_attention, spread_weights_
 from tolerances import DOCUMENTED_FLOAT32, worst_case
 
 TOL32 = worst_case(torch.float32, 32 + 8 + 9 + 32)
@@ -42,16 +42,10 @@ def gemma2_attention(layer_idx, seed=0, **kw):
 
 
 def run_gemma2(module, x):
-    """Their forward: their rotary cos/sin at ``arange(n)``, our mask as an additive one."""
+    """Their forward on ``x`` (see :func:`references.run_hf_attention`)."""
     from transformers.models.gemma2.modeling_gemma2 import Gemma2RotaryEmbedding
 
-    n = x.shape[1]
-    positions = torch.arange(n)[None].expand(x.shape[0], -1)
-    cos, sin = Gemma2RotaryEmbedding(module.config)(x, positions)
-    window = module.sliding_window
-    mask = mhsa.causal_mask(n) if window is None else mhsa.sliding_window_mask(n, window=window)
-    additive = mhsa.mask_to_additive(mask)[None, None].expand(x.shape[0], 1, n, n)
-    return module(x, position_embeddings=(cos, sin), attention_mask=additive)
+    return run_hf_attention(module, x, Gemma2RotaryEmbedding)
 
 
 @pytest.mark.parametrize("layer_idx", [0, 1], ids=["sliding", "full"])
