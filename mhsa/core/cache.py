@@ -198,19 +198,7 @@ class KVCache:
         self._start, self._end = 0, key.shape[-2]
 
     def _check(self, key, value) -> None:
-        for name, x in (("key", key), ("value", value)):
-            check_tensor(name, x)
-        if key.dim() != 4:
-            raise ValueError("`key` must be 4-D [batch, num_kv_heads, n_new, head_dim], got "
-                             f"shape {tuple(key.shape)}")
-        if value.shape != key.shape:
-            raise ValueError(f"`value` must have the shape of `key` {tuple(key.shape)}, got "
-                             f"{tuple(value.shape)}")
-        if value.dtype != key.dtype:
-            raise TypeError(f"`key` and `value` must share one dtype, got {key.dtype} and "
-                            f"{value.dtype}")
-        if value.device != key.device:
-            raise ValueError(f"`key` is on {key.device} but `value` on {value.device}")
+        check_new_keys_and_values(key, value)
         if self._key is None:
             return
         b, h, _, d = self._key.shape
@@ -223,3 +211,22 @@ class KVCache:
             raise TypeError(f"new keys are {key.dtype}, the cache holds {self._key.dtype}")
         if key.device != self._key.device:
             raise ValueError(f"new keys are on {key.device}, the cache is on {self._key.device}")
+
+
+def check_new_keys_and_values(key, value) -> None:
+    """``TypeError``/``ValueError`` unless ``key`` and ``value`` are tensors of one shape
+    ``[batch, num_kv_heads, n_new, head_dim]``, one dtype and one device: what a key-value
+    cache's ``update`` accepts (:class:`KVCache`, ``mhsa.core.quantized_cache.QuantizedKVCache``)."""
+    for name, x in (("key", key), ("value", value)):
+        check_tensor(name, x)
+    if key.dim() != 4:
+        raise ValueError("`key` must be 4-D [batch, num_kv_heads, n_new, head_dim], got "
+                         f"shape {tuple(key.shape)}")
+    if value.shape != key.shape:
+        raise ValueError(f"`value` must have the shape of `key` {tuple(key.shape)}, got "
+                         f"{tuple(value.shape)}")
+    if value.dtype != key.dtype:
+        raise TypeError(f"`key` and `value` must share one dtype, got {key.dtype} and "
+                        f"{value.dtype}")
+    if value.device != key.device:
+        raise ValueError(f"`key` is on {key.device} but `value` on {value.device}")

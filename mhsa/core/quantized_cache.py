@@ -7,6 +7,7 @@ positions, j key positions. Masks are boolean, True = may attend.
 import torch
 
 from mhsa.core._checks import check_int, check_tensor
+from mhsa.core.cache import check_new_keys_and_values
 
 _LEVELS = 127  # symmetric int8 codes: -127 ... 127 (-128 unused, so the grid is symmetric)
 
@@ -249,19 +250,7 @@ class QuantizedKVCache:
         self._start, self._end = 0, kept
 
     def _check(self, key, value) -> None:
-        for name, x in (("key", key), ("value", value)):
-            check_tensor(name, x)
-        if key.dim() != 4:
-            raise ValueError("`key` must be 4-D [batch, num_kv_heads, n_new, head_dim], got "
-                             f"shape {tuple(key.shape)}")
-        if value.shape != key.shape:
-            raise ValueError(f"`value` must have the shape of `key` {tuple(key.shape)}, got "
-                             f"{tuple(value.shape)}")
-        if value.dtype != key.dtype:
-            raise TypeError(f"`key` and `value` must share one dtype, got {key.dtype} and "
-                            f"{value.dtype}")
-        if value.device != key.device:
-            raise ValueError(f"`key` is on {key.device} but `value` on {value.device}")
+        check_new_keys_and_values(key, value)
         if self._residual is None:
             return
         cached = self._residual[0]
