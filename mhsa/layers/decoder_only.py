@@ -27,7 +27,8 @@ class CausalLMLayer(nn.Module):
         rope_scaling: None, or the scaling of the rotary positions for long context (see
             :class:`mhsa.GroupedQueryAttention`); passed to the attention only when given.
         window: sliding window (``None``: full causal).
-        norm_eps: epsilon of both RMSNorms.
+        norm_eps: epsilon of both RMSNorms, and of the query and key norms of
+            ``attention="qk_norm"``.
         attention: the name of the attention variant in
             ``mhsa.attention.CAUSAL_ATTENTION`` (default ``"grouped_query"``), or a callable
             with no arguments that returns a new :class:`mhsa.Attention` of width
@@ -71,6 +72,8 @@ class CausalLMLayer(nn.Module):
                                head_dim=head_dim, window=window, rope_scaling=rope_scaling)
         else:
             scaling = {} if rope_scaling is None else {"rope_scaling": rope_scaling}
+            if attention == "qk_norm":  # its query and key norms take the layer's epsilon
+                scaling["norm_eps"] = norm_eps
             num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
             self.attn = CAUSAL_ATTENTION[attention](
                 embed_dim, num_heads, num_kv_heads, head_dim=head_dim, rope_base=rope_base,

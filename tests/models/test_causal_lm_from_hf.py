@@ -102,6 +102,11 @@ def test_qwen3_norm_epsilon_is_copied():
     assert ours.layers[1].attn.q_norm.eps == ours.layers[1].attn.k_norm.eps == 1e-3
 
 
+def test_query_key_norms_take_the_models_epsilon():
+    ours = CausalLM(50, 16, 4, 32, 2, attention="qk_norm", norm_eps=1e-3)
+    assert ours.layers[1].attn.q_norm.eps == ours.layers[1].attn.k_norm.eps == 1e-3
+
+
 def test_mixture_of_experts_layers_are_refused():
     with pytest.raises(ValueError, match=r"mixture-of-experts layers \(1 of 2, from "
                                          r"first_k_dense_replace=1\)"):
