@@ -26,7 +26,15 @@ from mhsa.core._checks import (
 from mhsa.core._packing import matvec_layout
 from mhsa.core.functional import combine_masks, fused_attention, scaled_dot_product_attention
 from mhsa.core.heads import merge_heads, repeat_kv_heads, split_heads
-from mhsa.core.rotary import RotaryAngles, check_positions, kept_angles, rotary_angles, rotate
+from mhsa.core.rotary import (
+    RotaryAngles,
+    check_positions,
+    check_rope_scaling,
+    kept_angles,
+    rotary_angles,
+    rotate,
+    yarn_mscale,
+)
 from mhsa.interop.hf_deepseek import config_from_hf_deepseek_attention, copy_hf_deepseek_attention
 
 
@@ -52,6 +60,17 @@ class MultiHeadLatentAttention(Attention):
     key/value head: ``q_h k_h^T = (W_UK,h^T q^C_h)^T c + q^R_h k^R`` and
     ``W_O [W_UV,h (weights c)] = (W_O,h W_UV,h) (weights c)``.
 
+    Long context (``rope_scaling``, DeepSeek-V2 and V3's YaRN): only the rotary parts
+    change, as in DeepSeek's code and transformers'. Their angles use the scaled inverse
+    frequencies of ``mhsa.core.rotary.rotary_frequencies`` and their ``cos`` and ``sin``
+    are multiplied by its attention factor (the ratio ``yarn_mscale(s, mscale) /
+    yarn_mscale(s, mscale_all_dim)``, 1 in DeepSeek-V3's released config), so the rotary
+    part of each score scales by its square; and with ``mscale_all_dim`` set the softmax
+    scale of every score is multiplied by ``yarn_mscale(s, mscale_all_dim) ** 2``
+    (``mhsa.core.rotary.yarn_mscale``: ``0.1 * mscale_all_dim * ln(s) + 1``). The cache
+    keeps the rotary keys rotated with those angles; the absorbed form folds the softmax
+    scale into its query matrix as before.
+
     Args:
         embed_dim: width ``e`` of the input and of the output.
         num_heads: heads ``h``.
@@ -61,7 +80,16 @@ class MultiHeadLatentAttention(Attention):
         qk_nope_head_dim: width of each head's query/key part without positions.
         qk_rope_head_dim: width of the rotary part (queries per head, one shared key); even.
         v_head_dim: width of each head's values.
-        rope_base: rotary base ``theta`` (transformers' ``rope_theta``), ``> 0``.
+        rope_base: rotary base ``theta`` (transformers' ``rope_theta``), ``> 0`` (``> 1``
+            with YaRN).
+        rope_scaling: None, or how to scale the rotary positions for sequences longer than
+            the training length: a dict with transformers' keys (``rope_parameters``
+            without ``rope_theta``), e.g. DeepSeek-V3's ``{"rope_type": "yarn", "factor":
+            40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+            "mscale": 1.0, "mscale_all_dim": 1.0}``; the types and keys of
+            ``mhsa.core.rotary.check_rope_scaling`` (linear, dynamic, yarn, llama3), as
+            :class:`mhsa.GroupedQueryAttention` reads them (dynamic NTK: each call's
+            length, so cached and full passes differ past the training length).
         device, dtype: where and in which floating dtype to create the parameters.
 
     Attributes:
@@ -77,14 +105,21 @@ class MultiHeadLatentAttention(Attention):
         kv_b_proj: ``nn.Linear(kv_lora_rank, h * (qk_nope_head_dim + v_head_dim))``
             (``W_UK`` and ``W_UV``, per head: the keys first).
         out_proj: ``nn.Linear(h * v_head_dim, e)``.
-        scale: the softmax scale ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``.
+        scale: the softmax scale ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``, times
+            ``yarn_mscale(factor, mscale_all_dim) ** 2`` with a YaRN ``rope_scaling`` that
+            sets ``mscale_all_dim``.
+        rope_scaling: the checked scaling dict (yarn's defaults filled in), or None.
 
     No projection has a bias (DeepSeek-V2 and V3 have none).
 
     Raises:
         TypeError: a size that is not an int (``q_lora_rank`` may be None), ``rope_base``
-            not a number.
-        ValueError: a size below 1, an odd ``qk_rope_head_dim``, ``rope_base <= 0``.
+            not a number, a ``rope_scaling`` that is not a dict or holds a value of the
+            wrong type.
+        ValueError: a size below 1, an odd ``qk_rope_head_dim``, ``rope_base <= 0`` (or
+            ``<= 1`` with YaRN), or a ``rope_scaling`` that
+            ``mhsa.core.rotary.check_rope_scaling`` refuses (an unknown type or key, a
+            missing key, a value out of range).
 
     Example::
 
@@ -98,12 +133,16 @@ class MultiHeadLatentAttention(Attention):
 
     Source: DeepSeek-AI 2024, "DeepSeek-V2", section 2.1 (equations 9-19: low-rank
     key-value compression, decoupled rotary positions, the absorption of ``W_UK`` and
-    ``W_UV``); DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", section 2.1.1 (the norms
-    of both latents, as in its released code).
+    ``W_UV``), section 3.1.4 (YaRN on the decoupled rotary key only) and appendix C (the
+    full formulas of MLA); DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", section 2.1.1
+    (the norms of both latents, as in its released code) and section 4.3 (YaRN, ``sqrt(t)
+    = 0.1 ln(s) + 1``); Peng et al. 2023, "YaRN", sections 3.2 and 3.4 (the scaled
+    frequencies and the temperature).
     """
 
     def __init__(self, embed_dim, num_heads, *, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
-                 qk_rope_head_dim, v_head_dim, rope_base=10000.0, device=None, dtype=None):
+                 qk_rope_head_dim, v_head_dim, rope_base=10000.0, rope_scaling=None,
+                 device=None, dtype=None):
         super().__init__()
         sizes = {"embed_dim": embed_dim, "num_heads": num_heads, "kv_lora_rank": kv_lora_rank,
                  "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim,
@@ -119,10 +158,21 @@ class MultiHeadLatentAttention(Attention):
             raise TypeError(f"`rope_base` must be a number, got {kind_of(rope_base)}")
         if rope_base <= 0:
             raise ValueError(f"`rope_base` must be > 0, got {rope_base}")
+        self.rope_scaling = check_rope_scaling(rope_scaling, qk_rope_head_dim)
+        yarn = self.rope_scaling is not None and self.rope_scaling["rope_type"] == "yarn"
+        if yarn and rope_base <= 1:
+            raise ValueError(f"YaRN finds its ramp with ln(rope_base): `rope_base` must be > 1 "
+                             f"with rope_type 'yarn', got {rope_base}")
+        # the scaling as a hashable key of the kept angles (None: the unscaled fast path)
+        self._scaling_key = None if self.rope_scaling is None else \
+            tuple(sorted(self.rope_scaling.items()))
         self.embed_dim, self.num_heads, self.rope_base = embed_dim, num_heads, float(rope_base)
         self.q_lora_rank, self.kv_lora_rank, self.v_head_dim = q_lora_rank, kv_lora_rank, v_head_dim
         self.qk_nope_head_dim, self.qk_rope_head_dim = qk_nope_head_dim, qk_rope_head_dim
         self.scale = (qk_nope_head_dim + qk_rope_head_dim) ** -0.5
+        if yarn and self.rope_scaling.get("mscale_all_dim"):  # DeepSeek's softmax temperature
+            self.scale *= yarn_mscale(self.rope_scaling["factor"],
+                                      self.rope_scaling["mscale_all_dim"]) ** 2
         kw = {"bias": False, "device": device, "dtype": dtype}
         norm_kw = {"eps": 1e-6, "device": device, "dtype": dtype}
         q_width = num_heads * (qk_nope_head_dim + qk_rope_head_dim)
@@ -186,6 +236,8 @@ class MultiHeadLatentAttention(Attention):
         mask, square = combine_masks(attn_mask, x.shape[1], latent.shape[1], is_causal=True,
                                      device=x.device)
         q = torch.cat([q_rest, q_rope], dim=-1)
+        if packed is None and self.scale != q.shape[-1] ** -0.5:  # YaRN's softmax temperature
+            q = q * (self.scale * math.sqrt(q.shape[-1]))  # the kernels divide by sqrt(d)
         if packed is None:  # plain: decompress every head's keys and values from the latent
             k_nope, v = split_heads(self.kv_b_proj(latent), h).split(
                 [self.qk_nope_head_dim, self.v_head_dim], dim=-1)  # [b, h, j, d] each
@@ -214,10 +266,11 @@ class MultiHeadLatentAttention(Attention):
         The absorbed form precomputes two matrices and drops the decompression of keys and
         values: per head, ``W_UK,h^T W_UQ,h`` maps the query input straight to the latent's
         width ``c`` (the rotary rows stay), and ``W_O,h W_UV,h`` maps the attention output
-        over the latent to ``embed_dim``. The softmax scale stays ``self.scale``: it is
-        folded into the query matrix, since the kernel divides by ``sqrt(c + dr)``. The
-        output equals the plain form's up to float rounding (tested: float64 tight, float32
-        within the chain's tolerance), with and without a cache.
+        over the latent to ``embed_dim``. The softmax scale stays ``self.scale`` (YaRN's
+        temperature included): it is folded into the query matrix, since the kernel
+        divides by ``sqrt(c + dr)``. The output equals the plain form's up to float
+        rounding (tested: float64 tight, float32 within the chain's tolerance), with and
+        without a cache.
 
         Inference only: copies without autograd that do not follow later changes of the
         projections (call again after loading weights). ``mhsa.core._packing``'s
@@ -250,7 +303,7 @@ class MultiHeadLatentAttention(Attention):
         """The ``mhsa.core.rotary.RotaryAngles`` of ``positions``, to pass as ``positions``.
 
         As :meth:`mhsa.GroupedQueryAttention.rotary_angles`, for the ``qk_rope_head_dim``
-        rotary part.
+        rotary part; with ``rope_scaling``, the scaled angles times YaRN's attention factor.
 
         Args:
             positions: integer tensor ``[n]`` or ``[b, n]``; default ``start + arange(n)``.
@@ -260,12 +313,14 @@ class MultiHeadLatentAttention(Attention):
             ``RotaryAngles(cos, sin)`` in the module's dtype: ``[n, qk_rope_head_dim]``
             each, or ``[b, 1, n, qk_rope_head_dim]`` for ``[b, n]`` positions.
         """
-        weight, d = self.kv_a_proj.weight, self.qk_rope_head_dim
+        weight, d, scaling = self.kv_a_proj.weight, self.qk_rope_head_dim, self._scaling_key
         if positions is None:
             positions = torch.arange(start, start + n, device=weight.device)
         if positions.dim() == 1:
-            return RotaryAngles(*kept_angles(positions, d, self.rope_base, weight.dtype))
-        cos, sin = rotary_angles(positions, d, base=self.rope_base, dtype=weight.dtype)
+            return RotaryAngles(*kept_angles(positions, d, self.rope_base, weight.dtype,
+                                             scaling))
+        cos, sin = rotary_angles(positions, d, base=self.rope_base, dtype=weight.dtype,
+                                 scaling=scaling)
         return RotaryAngles(cos[:, None], sin[:, None])  # [b, 1, n, d]: the same for every head
 
     def new_cache(self, *, capacity: int | None = None) -> "LatentCache":
@@ -284,7 +339,9 @@ class MultiHeadLatentAttention(Attention):
     def from_hf(cls, module) -> "MultiHeadLatentAttention":
         """A copy of a transformers ``DeepseekV3Attention``: same outputs on the same inputs.
 
-        Reads the sizes, the rope theta and both norms' epsilon
+        Reads the sizes, the rope theta and scaling (DeepSeek-V3's YaRN: ``rope_parameters``
+        with ``factor``, ``original_max_position_embeddings``, ``beta_fast``, ``beta_slow``,
+        ``mscale`` and ``mscale_all_dim``, see ``rope_scaling``) and both norms' epsilon
         (``mhsa.interop.hf_deepseek.config_from_hf_deepseek_attention``) and copies the
         weights, permuting the rotary rows of DeepSeek's interleaved layout into the half
         layout of :func:`mhsa.apply_rotary` (exact). transformers is not imported. The copy
@@ -299,7 +356,8 @@ class MultiHeadLatentAttention(Attention):
 
         Raises:
             TypeError: ``module`` is not a ``DeepseekV3Attention``.
-            ValueError: a configuration this class cannot represent (rope scaling, biases,
+            ValueError: a configuration this class cannot represent (a rope type other
+                than default, linear, dynamic, yarn and llama3, partial rotation, biases,
                 attention dropout, fewer key/value heads than heads).
         """
         config = config_from_hf_deepseek_attention(module)
@@ -336,7 +394,8 @@ class MultiHeadLatentAttention(Attention):
                 f"q_lora_rank={self.q_lora_rank}, kv_lora_rank={self.kv_lora_rank}, "
                 f"qk_nope_head_dim={self.qk_nope_head_dim}, "
                 f"qk_rope_head_dim={self.qk_rope_head_dim}, v_head_dim={self.v_head_dim}, "
-                f"rope_base={self.rope_base}")
+                f"rope_base={self.rope_base}" +
+                ("" if self.rope_scaling is None else f", rope_scaling={self.rope_scaling}"))
 
 
 class LatentCache:

@@ -416,13 +416,32 @@ def _yarn_attention_factor(scaling: dict) -> float:
     if "attention_factor" in scaling:
         return scaling["attention_factor"]
     s = scaling["factor"]
-
-    def temperature(mscale=1.0):
-        return 1.0 if s <= 1 else 0.1 * mscale * math.log(s) + 1.0
-
     if scaling.get("mscale") and scaling.get("mscale_all_dim"):
-        return temperature(scaling["mscale"]) / temperature(scaling["mscale_all_dim"])
-    return temperature()
+        return yarn_mscale(s, scaling["mscale"]) / yarn_mscale(s, scaling["mscale_all_dim"])
+    return yarn_mscale(s)
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    r"""YaRN's temperature ``sqrt(1/t) = 0.1 * mscale * ln(factor) + 1``; 1 for ``factor <= 1``.
+
+    ``mscale = 1`` is the paper's value. DeepSeek-V2 and V3 set ``mscale`` and
+    ``mscale_all_dim`` in their ``rope_scaling``: their rotary angles' attention factor
+    (``rotary_frequencies``) is the ratio of the two temperatures, and their softmax scale
+    is multiplied by ``yarn_mscale(factor, mscale_all_dim) ** 2``
+    (:class:`mhsa.MultiHeadLatentAttention`). Transformers calls it ``yarn_get_mscale``.
+    No checks.
+
+    Args:
+        factor: YaRN's scale ``s`` (``rope_scaling["factor"]``), a number.
+        mscale: the multiplier of ``ln(factor)``, a number.
+
+    Returns:
+        a float.
+
+    Source: Peng et al. 2023, "YaRN", section 3.4; DeepSeek-AI 2024, "DeepSeek-V2",
+    section 3.1.4 (YaRN on the decoupled rotary key, ``sqrt(t) = 0.0707 ln(s) + 1``).
+    """
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def depends_on_length(scaling) -> bool:

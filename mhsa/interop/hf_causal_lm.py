@@ -47,8 +47,9 @@ def config_from_hf(model) -> dict:
         ValueError: a setting :class:`mhsa.CausalLM` cannot represent: attention or MLP
             biases, an activation other than SiLU, attention dropout, a rope type mhsa
             does not scale (``mhsa.interop.hf_llama.rope_from_hf``), Qwen3 with sliding
-            layers among full ones, DeepSeek-V3 with mixture-of-experts layers or rope
-            scaling (see :func:`mhsa.interop.hf_deepseek.config_from_hf_deepseek_attention`).
+            layers among full ones, DeepSeek-V3 with mixture-of-experts layers (its rope
+            scaling as :func:`mhsa.interop.hf_deepseek.config_from_hf_deepseek_attention`
+            reads it).
     """
     family = family_of(model)
     if family in ("llama", "mistral"):

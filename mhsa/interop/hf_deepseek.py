@@ -10,7 +10,7 @@ input width.
 
 import torch
 
-from mhsa.interop.hf_llama import _rope_parameters
+from mhsa.interop.hf_llama import _rope_parameters, rope_from_hf
 from mhsa.interop.weights import copy_weights
 
 SUPPORTED = ("DeepseekV3Attention",)
@@ -24,25 +24,36 @@ def config_from_hf_deepseek_attention(module) -> dict:
 
     Returns:
         ``{"embed_dim", "num_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-        "qk_rope_head_dim", "v_head_dim", "rope_base"}``.
+        "qk_rope_head_dim", "v_head_dim", "rope_base", "rope_scaling"}``. ``rope_scaling``
+        is None for the ``"default"`` rope type, else the scaling of
+        ``mhsa.interop.hf_llama.rope_from_hf`` (DeepSeek-V3's checkpoints: YaRN with
+        ``factor``, ``original_max_position_embeddings``, ``beta_fast``, ``beta_slow``,
+        ``mscale`` and ``mscale_all_dim``).
 
     Raises:
         TypeError: ``module`` is not a ``DeepseekV3Attention``.
-        ValueError: a setting the module cannot represent: a rope type other than
-            ``"default"`` (YaRN's scaling changes the angles and, through ``mscale``, the
-            softmax scale), ``attention_bias=True``, attention dropout, or
-            ``num_key_value_heads`` other than ``num_attention_heads``.
+        ValueError: a setting the module cannot represent: a rope type mhsa does not scale
+            (``rope_from_hf``: longrope, a ``partial_rotary_factor`` below 1), an
+            ``mscale_all_dim`` with a rope type other than ``"yarn"`` (transformers would
+            scale the softmax by it, mhsa reads it for YaRN only), ``attention_bias=True``,
+            attention dropout, or ``num_key_value_heads`` other than
+            ``num_attention_heads``.
     """
     name = type(module).__name__
     config = getattr(module, "config", None)
     if name not in SUPPORTED or config is None:
         raise TypeError(f"`module` must be a transformers DeepseekV3Attention, got {name}")
+    try:  # refuses the rope types mhsa does not scale
+        rope_base, rope_scaling = rope_from_hf(config)
+    except ValueError as error:  # said of `model`: here the argument is `module`
+        raise ValueError(str(error).replace("`model`", "`module`", 1)) from None
     rope = _rope_parameters(config)
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     problems = [
-        (rope_type != "default", f"rope type {rope_type!r} (only 'default' rotary "
-                                 "embeddings: YaRN's mscale is not supported yet)"),
+        (rope_type not in ("default", "yarn") and bool(rope.get("mscale_all_dim")),
+         f"rope type {rope_type!r} with mscale_all_dim={rope.get('mscale_all_dim')} "
+         "(DeepSeek's softmax temperature is read with 'yarn' only)"),
         (bool(getattr(config, "attention_bias", False)), "attention_bias=True (no biases)"),
         (bool(getattr(config, "attention_dropout", 0.0)),
          f"attention_dropout={getattr(config, 'attention_dropout', None)} (no dropout)"),
@@ -62,7 +73,8 @@ def config_from_hf_deepseek_attention(module) -> dict:
         "qk_nope_head_dim": config.qk_nope_head_dim,
         "qk_rope_head_dim": config.qk_rope_head_dim,
         "v_head_dim": config.v_head_dim,
-        "rope_base": float(rope.get("rope_theta", 10000.0)),
+        "rope_base": rope_base,
+        "rope_scaling": rope_scaling,
     }
 
 

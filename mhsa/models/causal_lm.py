@@ -132,7 +132,8 @@ class CausalLM(nn.Module):
         self._packed_lm_head = None  # lm_head's weight in matvec layout, see pack_projections
         self._angle_table = None  # RotaryAngles of positions 0, 1, ..., see _rotary_angles
         # dynamic NTK: a position's angles depend on the call's length, so no table
-        self._table_of_angles = not depends_on_length(rope_scaling)  # checked by the layers
+        self._table_of_angles = not depends_on_length(  # checked by the layers; a callable
+            getattr(self.layers[0].attn, "rope_scaling", rope_scaling))  # attention's own
 
     def forward(self, ids: torch.Tensor, *, attn_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, cache: list | None = None,
@@ -321,9 +322,10 @@ class CausalLM(nn.Module):
         :class:`mhsa.QKNormAttention` in every layer (``attention="qk_norm"``, the norms'
         epsilon copied); DeepSeek-V3 with :class:`mhsa.MultiHeadLatentAttention` in every
         layer (built by a callable ``attention``). Rope scaling as :meth:`from_hf_llama`
-        (DeepSeek-V3: none). transformers is not imported: any object with that class name,
-        config and submodules works. The copy has the model's device and dtype and is in
-        eval mode.
+        (DeepSeek-V3: its YaRN too, with the softmax temperature of ``mscale_all_dim``, see
+        :class:`mhsa.MultiHeadLatentAttention`'s ``rope_scaling``). transformers is not
+        imported: any object with that class name, config and submodules works. The copy
+        has the model's device and dtype and is in eval mode.
 
         Args:
             model: a ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM`` or

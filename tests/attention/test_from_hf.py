@@ -23,10 +23,12 @@ COMMON = {"vocab_size": 61, "hidden_size": 32, "intermediate_size": 48, "num_hid
           "attn_implementation": "eager"}
 
 
-def build(kind):
+def build(kind, rope=None, **config):
+    """A tiny random model of ``kind``; ``rope`` replaces the default ``rope_parameters`` of
+    the kinds that read them, ``config`` adds settings."""
     import transformers as tf
 
-    rope = {"rope_type": "default", "rope_theta": 1000.0}
+    rope = rope or {"rope_type": "default", "rope_theta": 1000.0}
     configs = {
         "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, {"rope_parameters": rope}),
         "mistral": (tf.MistralConfig, tf.MistralForCausalLM,
@@ -54,7 +56,7 @@ def build(kind):
     }
     config_cls, model_cls, extra = configs[kind]
     torch.manual_seed(0)
-    settings = {**COMMON, **extra}
+    settings = {**COMMON, **extra, **config}
     if kind == "deepseek_v3":
         del settings["head_dim"]  # its config sets head_dim = qk_rope_head_dim
     model = spread_weights_(model_cls(config_cls(**settings)).eval())
@@ -116,6 +118,33 @@ def test_outputs_equal_the_modules_inside_their_model(kind):
             steps = [ours(x[:, :6], cache=cache)[0]]
             steps += [ours(x[:, t:t + 1], cache=cache)[0] for t in range(6, N)]
         torch.testing.assert_close(torch.cat(steps, dim=1), expected, **TOL)
+
+
+YARN = {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "beta_fast": 32.0,
+        "beta_slow": 1.0, "original_max_position_embeddings": 16}
+LONG = 24  # past original_max_position_embeddings
+
+
+@pytest.mark.parametrize("mscales", [(1.0, 1.0), (1.0, 0.5)], ids=["deepseek_v3", "differ"])
+def test_deepseek_v3_yarn_equals_the_module_inside_its_model(mscales):
+    """DeepSeek-V3's YaRN (its released config has mscale = mscale_all_dim = 1.0, which
+    leaves the angles' attention factor at 1 and scales the softmax; the second case moves
+    the factor too), past the training length: full, cached and absorbed."""
+    rope = {**YARN, "mscale": mscales[0], "mscale_all_dim": mscales[1]}
+    model = build("deepseek_v3", rope, max_position_embeddings=64)
+    ids = torch.randint(61, (2, LONG), generator=torch.Generator().manual_seed(1))
+    records = recorded_attention(model, ids)
+    for theirs, x, expected in records:
+        ours = mhsa.attention_from_hf(theirs)
+        assert ours.rope_scaling["mscale_all_dim"] == mscales[1]
+        with torch.no_grad():
+            for form in ("plain", "absorbed"):
+                ours.pack_projections(form == "absorbed")
+                torch.testing.assert_close(ours(x)[0], expected, **TOL)
+                cache = ours.new_cache()
+                steps = [ours(x[:, :18], cache=cache)[0]]
+                steps += [ours(x[:, t:t + 1], cache=cache)[0] for t in range(18, LONG)]
+                torch.testing.assert_close(torch.cat(steps, dim=1), expected, **TOL)
 
 
 def test_other_modules_are_refused():

@@ -12,6 +12,7 @@ heads * kv_lora_rank (48, absorbed), each summed in another order by the two pat
 """
 
 import copy
+import math
 import pickle
 
 import pytest
@@ -103,6 +104,122 @@ def test_interleaved_checkpoints_need_the_row_permutation():
         theirs.config.rope_interleave = False  # copy the rows unpermuted
         unpermuted = MultiHeadLatentAttention.from_hf(theirs)(x)[0]
     assert not torch.allclose(unpermuted, expected, atol=1e-3)
+
+
+# -- long context: DeepSeek-V3's YaRN --------------------------------------------------------
+
+TRAINED, LONG = 16, 40  # original_max_position_embeddings, and a sequence past it
+YARN = {  # DeepSeek-V3's released settings (factor 40 there), and one whose two mscales differ
+    "deepseek_v3": {"mscale": 1.0, "mscale_all_dim": 1.0},
+    "mscales_differ": {"mscale": 1.0, "mscale_all_dim": 0.5},
+}
+
+
+def yarn(mscales):
+    return {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": TRAINED,
+            "beta_fast": 32.0, "beta_slow": 1.0, **mscales}
+
+
+def hf_deepseek_yarn(mscales, q_lora_rank=Q_RANK, seed=0):
+    return hf_deepseek_attention(q_lora_rank=q_lora_rank, seed=seed,
+                                 rope_parameters={**yarn(mscales), "rope_theta": 1000.0},
+                                 max_position_embeddings=4 * TRAINED)
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+@pytest.mark.parametrize("q_lora_rank", Q_RANKS, ids=Q_IDS)
+@pytest.mark.parametrize("mscales", list(YARN))
+def test_yarn_equals_transformers_plain_cached_and_absorbed(mscales, q_lora_rank,
+                                                             need_weights):
+    """Past the training length (40 > 16): the full pass, decoding from the cache (a
+    prompt, then one token at a time) and the absorbed form, all equal transformers'."""
+    theirs = hf_deepseek_yarn(YARN[mscales], q_lora_rank)
+    ours = MultiHeadLatentAttention.from_hf(theirs)
+    assert ours.rope_scaling == yarn(YARN[mscales]) | {"truncate": True}
+    assert ours.scale == pytest.approx(theirs.scaling, rel=1e-12)
+    x = inputs(n=LONG, dtype=torch.float32, seed=9)
+    with torch.no_grad():
+        expected, their_weights = hf_deepseek_forward(theirs, x, torch.arange(LONG).expand(2, -1))
+        sizes = [TRAINED + 4] + [1] * (LONG - TRAINED - 4)
+        for decoder in (ours, absorbed(ours)):
+            out, weights = decoder(x, need_weights=need_weights)
+            torch.testing.assert_close(out, expected, **DOCUMENTED_FLOAT32)
+            if need_weights:
+                torch.testing.assert_close(weights, their_weights, **DOCUMENTED_FLOAT32)
+            steps, _ = decode_in_chunks(decoder, x, sizes, need_weights=need_weights)
+            torch.testing.assert_close(steps, expected, **DOCUMENTED_FLOAT32)
+
+
+@pytest.mark.parametrize("mscales", list(YARN))
+def test_yarn_equals_transformers_with_padding_and_positions_per_row(mscales):
+    theirs = hf_deepseek_yarn(YARN[mscales], seed=3)
+    ours = MultiHeadLatentAttention.from_hf(theirs)
+    x = inputs(n=24, dtype=torch.float32, seed=4)
+    positions = torch.stack([torch.arange(24), torch.arange(24) + 20])  # up to 43
+    keep = mhsa.padding_mask([24, 19], 24)
+    with torch.no_grad():
+        expected, _ = hf_deepseek_forward(theirs, x, positions, keep & mhsa.causal_mask(24))
+        for decoder in (ours, absorbed(ours)):
+            out, _ = decoder(x, attn_mask=keep, positions=positions)
+            torch.testing.assert_close(out, expected, **DOCUMENTED_FLOAT32)
+
+
+def test_yarn_needs_its_angles_and_its_softmax_temperature():
+    """Each of the two changes matters past the training length: without the scaled angles
+    (and their attention factor), or without the temperature
+    ``yarn_mscale(4, mscale_all_dim) ** 2`` on the softmax scale (plain or absorbed), the
+    output is another one."""
+    theirs = hf_deepseek_yarn(YARN["mscales_differ"])
+    ours = MultiHeadLatentAttention.from_hf(theirs)
+    x = inputs(n=LONG, dtype=torch.float32, seed=9)
+    temperature = (0.1 * 0.5 * math.log(4.0) + 1) ** 2
+    assert ours.scale == pytest.approx((NOPE + ROPE) ** -0.5 * temperature, rel=1e-12)
+    unscaled = MultiHeadLatentAttention(EMBED, HEADS, q_lora_rank=Q_RANK, kv_lora_rank=KV_RANK,
+                                        qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE,
+                                        v_head_dim=V, rope_base=1000.0)
+    unscaled.load_state_dict(ours.state_dict())
+    unscaled.scale = ours.scale  # only the angles differ
+    cooled = copy.deepcopy(ours)
+    cooled.scale = (NOPE + ROPE) ** -0.5
+    with torch.no_grad():
+        expected, _ = hf_deepseek_forward(theirs, x, torch.arange(LONG).expand(2, -1))
+        assert not torch.allclose(unscaled(x)[0], expected, atol=1e-3)
+        assert not torch.allclose(cooled(x)[0], expected, atol=1e-3)
+        cooled.pack_projections()
+        assert not torch.allclose(cooled(x)[0], expected, atol=1e-3)
+
+
+def test_yarn_rotary_keys_are_cached_with_the_scaled_angles():
+    """The cache holds the rotary keys rotated by the scaled frequencies, times the
+    attention factor (``yarn_mscale(4, 1) / yarn_mscale(4, 0.5)``), written out here."""
+    scaling = yarn(YARN["mscales_differ"])
+    attn, x = make(dtype=torch.float64, rope_base=1000.0, rope_scaling=scaling), inputs(n=30)
+    cache = attn.new_cache()
+    with torch.no_grad():
+        attn(x, cache=cache)
+        _, key = attn.kv_a_proj(x).split([KV_RANK, ROPE], dim=-1)
+    inv_freq, factor = mhsa.core.rotary.rotary_frequencies(ROPE, base=1000.0, scaling=scaling)
+    assert factor == pytest.approx((0.1 * math.log(4.0) + 1) / (0.05 * math.log(4.0) + 1))
+    angles = torch.arange(30.0, dtype=torch.float64)[:, None] * inv_freq.double()
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    rotated = key * cos + torch.cat([-key[..., ROPE // 2:], key[..., :ROPE // 2]], -1) * sin
+    torch.testing.assert_close(cache.rope_key, rotated * factor, atol=1e-6, rtol=1e-6)
+
+
+def test_rope_scaling_errors_name_the_argument():
+    kw = {"q_lora_rank": None, "kv_lora_rank": 4, "qk_nope_head_dim": 4, "qk_rope_head_dim": 2,
+          "v_head_dim": 4}
+    with pytest.raises(ValueError, match=r"`rope_base` must be > 1 with rope_type 'yarn', "
+                                         r"got 1\.0"):
+        MultiHeadLatentAttention(EMBED, HEADS, **kw, rope_base=1.0, rope_scaling=yarn({}))
+    with pytest.raises(ValueError, match="needs the key 'original_max_position_embeddings'"):
+        MultiHeadLatentAttention(EMBED, HEADS, **kw,
+                                 rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    with pytest.raises(TypeError, match=r"`rope_scaling\['mscale_all_dim'\]` must be a number"):
+        MultiHeadLatentAttention(EMBED, HEADS, **kw,
+                                 rope_scaling=yarn({"mscale_all_dim": "1"}))
+    with pytest.raises(TypeError, match="`rope_scaling` must be a dict"):
+        MultiHeadLatentAttention(EMBED, HEADS, **kw, rope_scaling=4.0)
 
 
 # -- the cache -------------------------------------------------------------------------------

@@ -22,9 +22,23 @@ def test_config_reads_the_sizes_and_the_rope_theta():
                                    theta=500.0)
     assert config_from_hf_deepseek_attention(theirs) == {
         "embed_dim": 32, "num_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 12,
-        "qk_nope_head_dim": 8, "qk_rope_head_dim": 6, "v_head_dim": 10, "rope_base": 500.0}
+        "qk_nope_head_dim": 8, "qk_rope_head_dim": 6, "v_head_dim": 10, "rope_base": 500.0,
+        "rope_scaling": None}
     assert config_from_hf_deepseek_attention(hf_deepseek_attention(q_lora_rank=None))[
         "q_lora_rank"] is None
+
+
+def test_config_reads_deepseek_v3s_yarn():
+    """DeepSeek-V3's released rope_scaling (there with factor 40 over 4096 positions)."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+    theirs = hf_deepseek_attention(rope_parameters={**yarn, "rope_theta": 1e4},
+                                   max_position_embeddings=64)
+    config = config_from_hf_deepseek_attention(theirs)
+    assert (config["rope_base"], config["rope_scaling"]) == (1e4, yarn)
+    ours = MultiHeadLatentAttention.from_hf(theirs)
+    assert ours.rope_scaling == {**yarn, "truncate": True}
+    assert ours.scale == pytest.approx(theirs.scaling, rel=1e-12)  # times (0.1 ln 4 + 1)^2
 
 
 def test_from_hf_copies_every_weight_and_both_epsilons():
@@ -63,13 +77,17 @@ def test_a_module_built_for_other_sizes_is_refused():
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
-                          "original_max_position_embeddings": 64, "mscale_all_dim": 1.0}},
-     "rope type 'yarn'"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0],
+                          "long_factor": [1.0]}}, "`module` has rope type 'longrope'"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0,
+                          "mscale_all_dim": 1.0}},
+     "rope type 'linear' with mscale_all_dim=1.0"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                          "partial_rotary_factor": 0.5}}, "partial_rotary_factor=0.5"),
     ({"attention_bias": True}, r"attention_bias=True \(no biases\)"),
     ({"attention_dropout": 0.1}, "attention_dropout=0.1"),
     ({"num_key_value_heads": 2}, "num_key_value_heads=2"),
-], ids=["yarn", "bias", "dropout", "kv_heads"])
+], ids=["longrope", "linear_mscale", "partial", "bias", "dropout", "kv_heads"])
 def test_what_the_module_cannot_represent_is_refused(config, message):
     theirs = hf_deepseek_attention(**config)
     with pytest.raises(ValueError, match=message + ".*cannot represent it"):

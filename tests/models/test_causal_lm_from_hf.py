@@ -48,6 +48,16 @@ def hf_deepseek(*, q_lora_rank=16, interleave=True, seed=0, **config):
     return spread_weights_(DeepseekV3ForCausalLM(DeepseekV3Config(**kw)).eval())
 
 
+def yarn(mscale_all_dim):
+    """DeepSeek-V3's YaRN (mscale = mscale_all_dim = 1.0 in its released config) over 8 trained
+    positions: the tests' 12-token prompts and 18-token generations run past them."""
+    return {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
+                                "original_max_position_embeddings": 8, "beta_fast": 32.0,
+                                "beta_slow": 1.0, "mscale": 1.0,
+                                "mscale_all_dim": mscale_all_dim},
+            "max_position_embeddings": 32}
+
+
 MODELS = {
     "llama": lambda: hf_llama("llama", vocab=VOCAB),
     "mistral": lambda: hf_llama("mistral", vocab=VOCAB, window=5),
@@ -55,11 +65,15 @@ MODELS = {
     "qwen3-tied": lambda: hf_qwen3(tie=True),
     "deepseek_v3": hf_deepseek,
     "deepseek_v3-no-q-lora": lambda: hf_deepseek(q_lora_rank=None, interleave=False),
+    "deepseek_v3-yarn": lambda: hf_deepseek(**yarn(1.0)),
+    "deepseek_v3-yarn-mscales-differ": lambda: hf_deepseek(q_lora_rank=None, **yarn(0.5)),
 }
 ATTENTION = {"llama": mhsa.GroupedQueryAttention, "mistral": mhsa.GroupedQueryAttention,
              "qwen3": mhsa.QKNormAttention, "qwen3-tied": mhsa.QKNormAttention,
              "deepseek_v3": mhsa.MultiHeadLatentAttention,
-             "deepseek_v3-no-q-lora": mhsa.MultiHeadLatentAttention}
+             "deepseek_v3-no-q-lora": mhsa.MultiHeadLatentAttention,
+             "deepseek_v3-yarn": mhsa.MultiHeadLatentAttention,
+             "deepseek_v3-yarn-mscales-differ": mhsa.MultiHeadLatentAttention}
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -76,13 +90,20 @@ def test_logits_equal_transformers(pair):
         torch.testing.assert_close(ours(ids), theirs(ids).logits, **TOL)
 
 
-def test_cached_logits_equal_transformers(pair):
+@pytest.mark.parametrize("absorbed", [False, True], ids=["plain", "absorbed"])
+def test_cached_logits_equal_transformers(pair, absorbed):
+    """Absorbed: the packed projections a decoding loop uses (the latent attention's
+    absorbed form; the other variants' packed matrices)."""
     _, ours, theirs = pair
     ids = torch.randint(VOCAB, (2, 12), generator=torch.Generator().manual_seed(2))
     cache = ours.new_cache()
     with torch.no_grad():
-        steps = [ours(ids[:, :7], cache=cache)] + [ours(ids[:, t:t + 1], cache=cache)
-                                                   for t in range(7, 12)]
+        ours.pack_projections(absorbed)
+        try:
+            steps = [ours(ids[:, :7], cache=cache)] + [ours(ids[:, t:t + 1], cache=cache)
+                                                       for t in range(7, 12)]
+        finally:
+            ours.pack_projections(False)
         torch.testing.assert_close(torch.cat(steps, dim=1), theirs(ids).logits, **TOL)
 
 
@@ -117,14 +138,33 @@ def test_mixture_of_experts_layers_are_refused():
     (lambda: hf_qwen3(attention_bias=True), "attention_bias=True"),
     (lambda: hf_qwen3(use_sliding_window=True, sliding_window=4, max_window_layers=1),
      "sliding-window layers among full-attention layers"),
-    (lambda: hf_deepseek(rope_parameters={"rope_type": "yarn", "factor": 2.0,
-                                          "rope_theta": 1000.0,
-                                          "original_max_position_embeddings": 64}),
-     "rope type 'yarn'"),
+    (lambda: hf_deepseek(rope_parameters={"rope_type": "longrope", "rope_theta": 1000.0,
+                                          "short_factor": [1.0], "long_factor": [1.0]}),
+     "rope type 'longrope'"),
 ])
 def test_what_cannot_be_represented_is_refused(make, match):
     with pytest.raises(ValueError, match=match):
         CausalLM.from_hf(make())
+
+
+def test_deepseek_v3_yarn_scales_the_softmax_of_every_layer():
+    theirs = hf_deepseek(**yarn(0.5))
+    ours = CausalLM.from_hf(theirs)
+    for layer, mine in zip(theirs.model.layers, ours.layers):
+        assert mine.attn.scale == pytest.approx(layer.self_attn.scaling, rel=1e-12)
+        assert mine.attn.rope_scaling["mscale_all_dim"] == 0.5
+
+
+def test_deepseek_v3_dynamic_ntk_logits_equal_transformers():
+    """Dynamic NTK past max_position_embeddings (8): the angles of each call's length, not
+    those of a table kept for all positions."""
+    theirs = hf_deepseek(rope_parameters={"rope_type": "dynamic", "rope_theta": 1000.0,
+                                          "factor": 2.0}, max_position_embeddings=8)
+    ours = CausalLM.from_hf(theirs)
+    assert ours.layers[0].attn.rope_scaling["rope_type"] == "dynamic"
+    ids = torch.randint(VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), theirs(ids).logits, **TOL)
 
 
 def test_other_models_are_refused():
