@@ -62,7 +62,7 @@ DERIVED = {
     "12.3": 80 * (2 * 8 * 128 + 4 * 8 * 128 / 32 + 4 * 8) / 2**10,  # codes, key and value scales
     "13.1": math.sqrt(128),  # normed q and k have length sqrt(d): at most d / sqrt(d)
     "13.2": 50 * math.tanh(100 / 50),  # cap * tanh(score / cap)
-    "13.3": (0.1 * math.log(16384 / 4096) + 1) ** 2,  # on cos and sin, so twice on a score
+    "13.3": 4 ** (2 * 4 / (16 - 2)),  # NTK-aware: theta_p / s^(2p/(d-2)), p = 4, d = 16
     "13.4": 2 * 32 * 32 * 128 * 2 * (4 + 1020) / 2**20,  # sinks and window, in MiB
 }
 

@@ -20,11 +20,12 @@ def _capped_score() -> float:
     return (50 * torch.tanh(torch.tensor(100.0, dtype=torch.float64) / 50)).item()
 
 
-def _yarn_score_factor() -> float:
-    """13.3: YaRN's factor on the scores when 4096 positions are stretched to 16384."""
-    yarn = {"rope_type": "yarn", "factor": 16384 / 4096, "original_max_position_embeddings": 4096}
-    _, attention_factor = rotary_frequencies(128, base=10000.0, scaling=yarn)
-    return attention_factor**2  # cos and sin carry it, so queries and keys each once
+def _ntk_pair_slowdown() -> float:
+    """13.3: by how much NTK-aware scaling (s = 4) divides pair 4's frequency, head_dim 16."""
+    ntk = {"rope_type": "dynamic", "factor": 1.0, "original_max_position_embeddings": 32}
+    theta, _ = rotary_frequencies(16, base=10000.0)
+    scaled, _ = rotary_frequencies(16, base=10000.0, scaling=ntk, seq_len=128)  # s = 128 / 32
+    return (theta[4] / scaled[4]).item()
 
 
 def _streamingllm_cache_mib() -> float:
@@ -36,7 +37,7 @@ def _streamingllm_cache_mib() -> float:
 ANSWERS = {
     "13.1": _qk_norm_largest_score,
     "13.2": _capped_score,
-    "13.3": _yarn_score_factor,
+    "13.3": _ntk_pair_slowdown,
     "13.4": _streamingllm_cache_mib,
 }
 TOLERANCES = {"13.1": 0.005, "13.2": 0.05, "13.3": 0.005}  # "to two decimals", "to one"
@@ -45,6 +46,8 @@ TOLERANCES = {"13.1": 0.005, "13.2": 0.05, "13.3": 0.005}  # "to two decimals", 
 HINTS = {
     "13.1": [(128.0, "that is the dot product of the two normed vectors: the score divides it by "
                      "sqrt(head_dim)")],
-    "13.3": [(1.14, "that is the factor on the cosines and sines: a score multiplies a rotated "
-                    "query by a rotated key, each carrying it")],
+    "13.3": [(2.0, "that is s^(2p/d) = 4^(8/16): the base is multiplied by s^(d/(d-2)), so "
+                   "pair p is divided by s^(2p/(d-2))"),
+             (4.0, "that is what linear interpolation does to every pair; NTK-aware scaling "
+                   "divides pair p by s^(2p/(d-2)), less for the faster pairs")],
 }
