@@ -19,7 +19,7 @@ from mhsa.core._checks import (
     check_same_device,
     check_shape,
 )
-from mhsa.core._packing import matvec_layout, packed_linear, stacked
+from mhsa.core._packing import matvec_layout, stacked
 from mhsa.core.cache import KVCache
 from mhsa.core.functional import combine_masks, fused_attention, scaled_dot_product_attention
 from mhsa.core.heads import merge_heads, repeat_kv_heads, split_heads
@@ -173,8 +173,7 @@ class GroupedQueryAttention(Attention):
         h, g, packed = self.num_heads, self.num_kv_heads, self._packed
         # project once for all h + 2g heads and split them: [b, h+2g, n, d]
         weight, bias = packed[:2] if packed else stacked(self.q_proj, self.k_proj, self.v_proj)
-        linear = F.linear if packed is None else packed_linear  # packed: torch.mv for a token
-        q_and_k, v = split_heads(linear(x, weight, bias), h + 2 * g).split([h + g, g], dim=1)
+        q_and_k, v = split_heads(F.linear(x, weight, bias), h + 2 * g).split([h + g, g], dim=1)
         q, k = q_and_k.split([h, g], dim=1)  # [b, h, n, d], [b, g, n, d]
         adjusted = self.adjust_queries_and_keys(q, k)  # a variant's step; here none
         unchanged = adjusted[0] is q and adjusted[1] is k
@@ -196,7 +195,7 @@ class GroupedQueryAttention(Attention):
         out, weights = self.attend(q, k, v, mask, is_causal=square, need_weights=need_weights,
                                    dropout_p=self.dropout if self.training else 0.0)
         out_weight = self.out_proj.weight if packed is None else packed[2]
-        return linear(merge_heads(out), out_weight, self.out_proj.bias), weights
+        return F.linear(merge_heads(out), out_weight, self.out_proj.bias), weights
 
     def adjust_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor):
         """A variant's step on the split heads, before rotary positions; here they pass unchanged.

@@ -8,7 +8,6 @@ decoding call (each module's ``pack_projections`` says what it keeps).
 import contextlib
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
@@ -21,22 +20,6 @@ def matvec_layout(weight: torch.Tensor) -> torch.Tensor:
     A copy: it does not follow later changes of ``weight``.
     """
     return weight.t().contiguous().t()
-
-
-def packed_linear(x: torch.Tensor, weight: torch.Tensor,
-                  bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` for a ``weight`` held in :func:`matvec_layout`.
-
-    A decoding step (one row in ``x``, ``[1, 1, in]``) runs ``torch.mv``, which reads this
-    layout column by column: the numbers of ``F.linear`` up to float rounding (bit for bit
-    without ``bias`` on the machine of benchmarks/README.md) in about 0.6-0.7x its time for
-    the decoding benchmark's 17 products per step. More rows run ``F.linear``.
-    """
-    if x.numel() != x.shape[-1]:  # several rows (or none): a matrix product
-        return F.linear(x, weight, bias)
-    row = x.reshape(-1)
-    out = torch.mv(weight, row) if bias is None else torch.addmv(bias, weight, row)
-    return out.view(*x.shape[:-1], weight.shape[0])
 
 
 def stacked(*projections: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:

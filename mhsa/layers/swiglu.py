@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mhsa.core._checks import check_positive_int
-from mhsa.core._packing import matvec_layout, packed_linear
+from mhsa.core._packing import matvec_layout
 
 
 class SwiGLU(nn.Module):
@@ -59,11 +59,12 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed, down = self._packed, self.down_proj
-        if packed is not None:  # one matrix product for both, then split (torch.mv for a token)
-            gate, up = packed_linear(x, packed[0], packed[1]).chunk(2, dim=-1)
-            return packed_linear(F.silu(gate) * up, packed[2], down.bias)
-        gate, up = self.gate_proj(x), self.up_proj(x)
-        return F.linear(F.silu(gate) * up, down.weight, down.bias)  # one module call fewer
+        if packed is not None:  # one matrix product for both, then split
+            gate, up = F.linear(x, packed[0], packed[1]).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        down_weight = down.weight if packed is None else packed[2]
+        return F.linear(F.silu(gate) * up, down_weight, down.bias)  # one module call fewer
 
     def pack_projections(self, packed: bool = True) -> None:
         """Stack the gate and up weights into one matrix, or drop the stack.

@@ -15,6 +15,7 @@ Each layer is two pre-norm residual sublayers, and the whole model is a straight
 import functools
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mhsa.attention.latent import MultiHeadLatentAttention
@@ -26,7 +27,7 @@ from mhsa.core._checks import (
     check_rank,
     check_same_device,
 )
-from mhsa.core._packing import matvec_layout, packed_linear
+from mhsa.core._packing import matvec_layout
 from mhsa.core.rotary import RotaryAngles, check_positions, depends_on_length
 from mhsa.interop.hf_causal_lm import config_from_hf, copy_hf_weights
 from mhsa.interop.hf_llama import config_from_hf_llama, copy_hf_llama_weights
@@ -189,7 +190,7 @@ class CausalLM(nn.Module):
         if last_only:
             x = x[:, -1:]  # decoding reads only the last position's logits
         if self._packed_lm_head is not None:
-            return packed_linear(self.norm(x), self._packed_lm_head)  # [b, n, vocab_size]
+            return F.linear(self.norm(x), self._packed_lm_head)  # [b, n, vocab_size]
         return self.lm_head(self.norm(x))  # [b, n, vocab_size]
 
     def _rotary_angles(self, positions, start: int, n: int):
