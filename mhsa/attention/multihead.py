@@ -164,10 +164,11 @@ class MultiHeadAttention(Attention):
                              "(cross-attention keys come from a memory that does not grow)")
         key = query if key is None else key
         value = key if value is None else value
-        n_cached = 0 if cache is None else len(cache)
+        out_proj, packed = self.out_proj, self._packed  # each submodule read once a call
+        out_weight = out_proj.weight if packed is None else packed.out
         check_attention_inputs(query, key, value, attn_mask, num_heads=self.num_heads,
                                widths=(self.embed_dim, self.kdim, self.vdim),
-                               dtype=self.q_proj.weight.dtype, n_cached=n_cached)
+                               dtype=out_weight.dtype, n_cached=0 if cache is None else len(cache))
         q, k, v = self._project(query, key, value)  # steps 2-4: [b, h, n, d] each
         if cache is not None:  # decoding: the new queries see every cached key, causally
             k, v = cache.update(k, v)  # [b, h, n_cached + n_q, d]
@@ -182,8 +183,7 @@ class MultiHeadAttention(Attention):
             out = fused_attention(q, k, v, mask, is_causal=square_causal, dropout_p=p)
             weights = None
         # steps 8-9: merge the heads, "b h n d -> b n (h d)"; step 10: project back to e
-        out_weight = self.out_proj.weight if self._packed is None else self._packed.out
-        return F.linear(merge_heads(out), out_weight, self.out_proj.bias), weights
+        return F.linear(merge_heads(out), out_weight, out_proj.bias), weights
 
     def _project(self, query, key, value):
         """Steps 2-4: project to ``h*d`` and split the heads: q, k, v ``[b, h, n, d]``.

@@ -63,7 +63,8 @@ def check_tensor(name: str, x, *, min_rank: int = 0) -> None:
         raise TypeError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"`{name}` must be a floating-point tensor, got {x.dtype}")
-    check_rank(name, x, min_rank=min_rank)
+    if min_rank:  # every rank is >= 0: no call for the default
+        check_rank(name, x, min_rank=min_rank)
 
 
 def check_int_tensor(name: str, x, what: str = "an integer tensor") -> None:
@@ -151,7 +152,8 @@ def check_attention_inputs(query, key, value, attn_mask, *, widths: tuple, num_h
     held by a cache come before the new keys in ``attn_mask``'s last dimension.
     """
     inputs = [("query", query, "n_q", "embed_dim", widths[0])]
-    if key is query and value is query and not widths[0] == widths[1] == widths[2]:
+    one_tensor = key is query and value is query  # self-attention: no sizes to compare
+    if one_tensor and not widths[0] == widths[1] == widths[2]:
         raise ValueError(f"self-attention (key=None) reads `query` as key and value: it needs "
                          f"kdim == vdim == embed_dim, got {widths[1]}, {widths[2]} and "
                          f"{widths[0]}; pass `key` and `value`")
@@ -160,14 +162,17 @@ def check_attention_inputs(query, key, value, attn_mask, *, widths: tuple, num_h
     if value is not query:
         inputs.append(("value", value, "n_k", "vdim", widths[2]))
     for name, x, n, width, size in inputs:
+        if isinstance(x, torch.Tensor) and x.dtype == dtype and x.dim() == 3 \
+                and x.shape[-1] == size:  # fine (the module's dtype is floating): no calls
+            continue
         check_shape(name, x, ("batch", n, width), size)
         if x.dtype != dtype:
             raise TypeError(f"`{name}` must have the module's dtype {dtype}, got {x.dtype}")
-    if not query.shape[0] == key.shape[0] == value.shape[0]:
+    if not one_tensor and not query.shape[0] == key.shape[0] == value.shape[0]:
         raise ValueError(
             "`query`, `key` and `value` must have the same batch size, got shapes "
             f"{tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}")
-    if key.shape[1] != value.shape[1]:
+    if not one_tensor and key.shape[1] != value.shape[1]:
         raise ValueError(
             f"`key` and `value` must have the same length n_k, got {key.shape[1]} "
             f"(key {tuple(key.shape)}) and {value.shape[1]} (value {tuple(value.shape)})")

@@ -193,11 +193,11 @@ def fused_attention(query, key, value, mask=None, *, is_causal=False, dropout_p=
 
     Shapes: ``query`` ``[b, h, n_q, d]``, ``key``/``value`` ``[b, h_kv, n_k, d]`` -> ``[b, h, n_q, d]``.
     """
-    n_q, n_k = query.shape[-2], key.shape[-2]
-    if query.device.type == "cpu" and not torch.compiler.is_compiling() \
-            and min(n_q, n_k) >= _CONTIGUOUS_FROM:  # traced: lengths stay symbolic
+    on_cpu = query.is_cpu  # a bool attribute: cheaper than comparing device.type
+    if on_cpu and not torch.compiler.is_compiling() \
+            and min(query.shape[-2], key.shape[-2]) >= _CONTIGUOUS_FROM:  # traced: symbolic
         query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
-    if mask is None or query.device.type in ("cpu", "meta"):
+    if mask is None or on_cpu or query.is_meta:
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
                                               dropout_p=dropout_p, is_causal=is_causal,
                                               enable_gqa=enable_gqa)
