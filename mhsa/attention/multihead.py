@@ -166,9 +166,10 @@ class MultiHeadAttention(Attention):
         value = key if value is None else value
         out_proj, packed = self.out_proj, self._packed  # each submodule read once a call
         out_weight = out_proj.weight if packed is None else packed.out
+        n_cached = 0 if cache is None else len(cache)
         check_attention_inputs(query, key, value, attn_mask, num_heads=self.num_heads,
                                widths=(self.embed_dim, self.kdim, self.vdim),
-                               dtype=out_weight.dtype, n_cached=0 if cache is None else len(cache))
+                               dtype=out_weight.dtype, n_cached=n_cached)
         q, k, v = self._project(query, key, value)  # steps 2-4: [b, h, n, d] each
         if cache is not None:  # decoding: the new queries see every cached key, causally
             k, v = cache.update(k, v)  # [b, h, n_cached + n_q, d]
