@@ -121,7 +121,7 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, *, ste
                          f"got {len(train_ids)}")
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1,
-                                  betas=(0.9, 0.95))
+                                  betas=(0.9, 0.95), foreach=True)  # same numbers, faster
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps,
                                                    pct_start=0.1)
     generator = torch.Generator().manual_seed(seed)
@@ -143,7 +143,7 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, *, ste
     return model.eval()
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def perplexity(model: torch.nn.Module, ids: torch.Tensor, *, context: int = 32) -> float:
     """``exp`` of the mean next-token loss over ``ids``, read in windows of ``context`` tokens.
 
