@@ -65,7 +65,7 @@ def requirements(cells) -> tuple[list[str], list[str]]:
         extras.add("viz")
     if any("mhsa.course.manual_text" in "".join(c["source"]) for c in cells[1:]
            if c["cell_type"] == "code"):
-        modules.append("tokenizers")  # chapter 10's tokenizer, which manual_text imports
+        modules += [] if "tokenizers" in modules else ["tokenizers"]  # manual_text imports it
         extras.add("chapters")
     if "pretrained" in extras:
         modules.append(PRETRAINED_MODEL)
