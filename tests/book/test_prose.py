@@ -51,6 +51,7 @@ ALLOWED = [
     ("09_fast_attention.ipynb", "312 TFLOP/s", "the A100's float16 matrix rate, quoted from its datasheet"),
     ("10_modern_attention.ipynb", "2 bytes", "the size of one 16-bit number"),
     ("10_modern_attention.ipynb", "5%", "the uptraining compute Ainslie et al. 2023 report"),
+    ("10_modern_attention.ipynb", "80 GB", "the memory of one A100 or H100, quoted from their datasheets"),
     ("11_positions_windows_induction.ipynb", "40%", "Kwon et al. 2023's measurement of other systems"),
 ]
 
