@@ -19,6 +19,7 @@ from mhsa.core._checks import (
     check_int,
     check_positive_int,
     check_same_device,
+    check_same_dtype_and_device,
     check_shape,
     check_tensor,
     kind_of,
@@ -520,12 +521,7 @@ class LatentCache:
         if latent.shape[:2] != rope_key.shape[:2]:
             raise ValueError(f"`latent` {tuple(latent.shape)} and `rope_key` "
                              f"{tuple(rope_key.shape)} must share batch and n_new")
-        if latent.dtype != rope_key.dtype:
-            raise TypeError(f"`latent` and `rope_key` must share one dtype, got "
-                            f"{latent.dtype} and {rope_key.dtype}")
-        if latent.device != rope_key.device:
-            raise ValueError(f"`latent` is on {latent.device} but `rope_key` on "
-                             f"{rope_key.device}")
+        check_same_dtype_and_device("latent", latent, "rope_key", rope_key)
         if self._buffer is None:
             return
         b, _, width = self._buffer.shape

@@ -182,6 +182,16 @@ def check_attention_inputs(query, key, value, attn_mask, *, widths: tuple, num_h
         check_same_device("attn_mask", attn_mask, query)
 
 
+def check_same_dtype_and_device(first: str, a: torch.Tensor, second: str,
+                                b: torch.Tensor) -> None:
+    """``TypeError`` unless ``a`` and ``b`` share one dtype, ``ValueError`` unless one device."""
+    if b.dtype != a.dtype:
+        raise TypeError(f"`{first}` and `{second}` must share one dtype, got {a.dtype} and "
+                        f"{b.dtype}")
+    if b.device != a.device:
+        raise ValueError(f"`{first}` is on {a.device} but `{second}` on {b.device}")
+
+
 def check_same_device(name: str, mask: torch.Tensor, like: torch.Tensor,
                       like_name: str = "query") -> None:
     """``ValueError`` unless ``mask`` is on the device of ``like`` (the argument ``like_name``)."""

@@ -6,7 +6,7 @@ positions. Masks are boolean, True = may attend.
 
 import torch
 
-from mhsa.core._checks import check_int, check_tensor
+from mhsa.core._checks import check_int, check_same_dtype_and_device, check_tensor
 
 
 class KVCache:
@@ -225,8 +225,4 @@ def check_new_keys_and_values(key, value) -> None:
     if value.shape != key.shape:
         raise ValueError(f"`value` must have the shape of `key` {tuple(key.shape)}, got "
                          f"{tuple(value.shape)}")
-    if value.dtype != key.dtype:
-        raise TypeError(f"`key` and `value` must share one dtype, got {key.dtype} and "
-                        f"{value.dtype}")
-    if value.device != key.device:
-        raise ValueError(f"`key` is on {key.device} but `value` on {value.device}")
+    check_same_dtype_and_device("key", key, "value", value)
