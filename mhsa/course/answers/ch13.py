@@ -1,5 +1,7 @@
 """Answers to the exercises of chapter 13, long context and stable scores. Try them first."""
 
+import math
+
 import torch
 
 from mhsa.attention.qk_norm import QKNormAttention
@@ -26,6 +28,20 @@ def _ntk_pair_slowdown() -> float:
     theta, _ = rotary_frequencies(16, base=10000.0)
     scaled, _ = rotary_frequencies(16, base=10000.0, scaling=ntk, seq_len=128)  # s = 128 / 32
     return (theta[4] / scaled[4]).item()
+
+
+def _yarn_pair_slowdowns() -> list[float]:
+    """13.3's plot: by how much YaRN (s = 4, L = 32) divides each pair's frequency, head_dim 16."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    theta, _ = rotary_frequencies(16, base=10000.0)
+    scaled, _ = rotary_frequencies(16, base=10000.0, scaling=yarn, seq_len=128)
+    return (theta / scaled).tolist()
+
+
+def _pair_turns() -> list[float]:
+    """13.3: how many full turns each pair (head_dim 16, base 10000) makes over L = 32 positions."""
+    theta, _ = rotary_frequencies(16, base=10000.0)
+    return (theta * 32 / (2 * math.pi)).tolist()
 
 
 def _streamingllm_cache_mib() -> float:
