@@ -18,9 +18,9 @@ def pairs_top_left_wrongly_blocks() -> float:
 
 
 def smallest_score_that_overflows_finfo_min() -> float:
-    """04.3: smallest integer s > 0 with float16 finfo.min - s == -inf."""
+    """04.3: smallest integer c > 0 with float16 finfo.min - c == -inf."""
     blocked = torch.tensor(torch.finfo(torch.float16).min, dtype=torch.float16)
-    return next(s for s in range(1, 1000) if torch.isinf(blocked - s))
+    return next(c for c in range(1, 1000) if torch.isinf(blocked - c))
 
 
 ANSWERS = {
