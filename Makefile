@@ -7,7 +7,8 @@ TORCH_VERSION := 2.13.0
 
 # TORCH_INDEX: the package index pip gets torch from; empty = pip's default index.
 # - Empty suits any index that serves a CPU build of torch $(TORCH_VERSION) for this machine
-#   (macOS and Windows on PyPI; this repository's own CI machine).
+#   (macOS on PyPI; this repository's own CI machine). On Windows use WSL, where what
+#   follows for Linux applies (README.md, "Run it").
 # - On Linux PyPI serves a multi-GB CUDA build, so the GitHub workflows set PyTorch's CPU index:
 #     make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # - With an NVIDIA GPU, name the CUDA build that suits its driver, for example:
