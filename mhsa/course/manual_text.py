@@ -88,8 +88,11 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, *, ste
                          seed: int = 1, progress=None) -> torch.nn.Module:
     """Chapter 10's training loop: next-token loss on random windows of ``train_ids``.
 
-    AdamW (``lr``, weight decay 0.1, betas (0.9, 0.95)), a one-cycle schedule with 10% warm-up,
-    gradients clipped to norm 1. The windows come from a generator seeded with ``seed``, so
+    AdamW (weight decay 0.1, betas (0.9, 0.95)) under a one-cycle schedule (``OneCycleLR``) with
+    10% warm-up to the peak ``lr``, gradients clipped to norm 1. ``OneCycleLR`` also cycles
+    AdamW's beta1 against the learning rate, between 0.95 and 0.85 (its default
+    ``cycle_momentum``): it sets beta1 to 0.95 as it is built, so the 0.9 given is never used;
+    beta2 stays 0.95. The windows come from a generator seeded with ``seed``, so
     every model trained with the same arguments reads the same windows.
 
     Args:
