@@ -28,7 +28,7 @@ class SinkKVCache:
     gap, and a query its place after them. With rotary positions only the distance between
     a query and a key counts, so this is computed without rotating the window again: the
     window's keys keep the rotation the module gave them at their text positions (as do the
-    queries), and the sinks' keys are turned on by the ``evicted`` positions that left the
+    queries), and the sinks' keys are rotated forward by the ``evicted`` positions that left the
     cache between them and the window (:attr:`evicted`), from copies kept as written. Every
     query-key distance is then the paper's. The module's ``rotary_angles`` does that turn
     (rotary angles linear in the position, as plain, linear and NTK-by-parts scaling are).
