@@ -47,7 +47,7 @@ ALLOWED = [
     ("09_fast_attention.ipynb", "2 bytes", "the size of one float16 number"),
     ("09_fast_attention.ipynb", "1.5 TB", "the A100's HBM bandwidth, quoted from Dao et al. 2022"),
     ("09_fast_attention.ipynb", "192 KB", "the A100's SRAM per processor, quoted from Dao et al. 2022"),
-    ("09_fast_attention.ipynb", "100 KB", "the SRAM budget the cell sets (the paper's typical value)"),
+    ("09_fast_attention.ipynb", "100 KB", "the paper's typical SRAM size, quoted (the cell's budget is glued)"),
     ("09_fast_attention.ipynb", "312 TFLOP/s", "the A100's float16 matrix rate, quoted from its datasheet"),
     ("10_modern_attention.ipynb", "2 bytes", "the size of one 16-bit number"),
     ("10_modern_attention.ipynb", "5%", "the uptraining compute Ainslie et al. 2023 report"),

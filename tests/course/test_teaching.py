@@ -120,6 +120,8 @@ def test_check_says_correct_within_the_tolerance_and_not_yet_outside(capsys):
     ("05.4", 630, "not yet, try again"),
     ("08.1", 0.22, "correct"),  # "to 2 decimals"
     ("08.1", 0.23, "not yet, try again"),
+    ("08.2", 0.486, "correct"),  # "to 3 decimals"
+    ("08.2", 0.49, "not yet, try again"),  # the 2-decimal value chapter 8's table once showed
 ])
 def test_check_tolerance_follows_what_the_question_asks(exercise, answer, verdict, capsys):
     check(exercise, answer)
