@@ -146,6 +146,44 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, *, ste
     return model.eval()
 
 
+def bigram_perplexity(train_ids: torch.Tensor, ids: torch.Tensor, *, vocab_size: int,
+                      alpha: float = 0.1) -> float:
+    """Held-out perplexity of chapter 10's baseline: a bigram model with add-alpha smoothing.
+
+    ``p(b | a) = (count(a, b) + alpha) / (count(a) + alpha * V)``, the counts taken from the
+    pairs of consecutive ids in ``train_ids``; the perplexity is ``exp`` of the mean
+    ``-log p(b | a)`` over the pairs of ``ids``.
+
+    Args:
+        train_ids: the training stream ``[n]``, integer ids below ``vocab_size``.
+        ids: the stream to score ``[m]``, ``m >= 2``, integer ids below ``vocab_size``.
+        vocab_size: V, ``int >= 1``.
+        alpha: the count added to every pair, a float ``> 0`` (chapter 10 picks 0.1).
+
+    Returns:
+        the perplexity, a float ``>= 1``.
+
+    Raises:
+        TypeError: ``train_ids`` or ``ids`` is not an integer tensor, ``vocab_size`` not an
+            int.
+        ValueError: ``train_ids`` or ``ids`` is not 1-D, ``alpha`` is not above 0.
+
+    Source: additive (Laplace/Lidstone) smoothing, Jurafsky and Martin, "Speech and Language
+    Processing", chapter 3 (n-gram language models).
+    """
+    for name, stream in (("train_ids", train_ids), ("ids", ids)):
+        check_int_tensor(name, stream, "an integer tensor [n] of token ids")
+        check_rank(name, stream, rank=1, layout="[n]")
+    check_int("vocab_size", vocab_size)
+    if not alpha > 0:
+        raise ValueError(f"`alpha` must be above 0, got {alpha!r}")
+    counts = torch.zeros(vocab_size, vocab_size)  # counts[a, b]: how often b follows a
+    counts.index_put_((train_ids[:-1], train_ids[1:]), torch.ones(len(train_ids) - 1),
+                      accumulate=True)
+    probs = (counts + alpha) / (counts + alpha).sum(dim=1, keepdim=True)  # rows sum to 1
+    return probs[ids[:-1], ids[1:]].log().mean().neg().exp().item()
+
+
 @torch.inference_mode()
 def perplexity(model: torch.nn.Module, ids: torch.Tensor, *, context: int = 32) -> float:
     """``exp`` of the mean next-token loss over ``ids``, read in windows of ``context`` tokens.

@@ -94,3 +94,23 @@ def test_perplexity_refuses_short_streams():
     with pytest.raises(ValueError, match="more than context = 8 ids, got 8"):
         manual_text.perplexity(mhsa.CausalLM(16, 8, 2, 16, 1), torch.zeros(8, dtype=torch.long),
                                context=8)
+
+
+def test_bigram_perplexity_is_the_smoothed_count_by_hand():
+    # pairs of the training stream: (0, 1) twice, (1, 0) once; V = 2, alpha = 0.1
+    train_ids = torch.tensor([0, 1, 0, 1])
+    # p(1 | 0) = (2 + 0.1) / (2 + 0.2), p(0 | 1) = (1 + 0.1) / (1 + 0.2)
+    expected = math.exp(-(math.log(2.1 / 2.2) + math.log(1.1 / 1.2)) / 2)
+    got = manual_text.bigram_perplexity(train_ids, torch.tensor([0, 1, 0]), vocab_size=2,
+                                        alpha=0.1)
+    assert math.isclose(got, expected, rel_tol=1e-6)  # float32 counts and logs
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"alpha": 0.0}, ValueError, "alpha"),
+    ({"vocab_size": 2.0}, TypeError, "vocab_size"),
+])
+def test_bigram_perplexity_refuses_bad_arguments(kwargs, error, match):
+    args = {"vocab_size": 2, "alpha": 0.1} | kwargs
+    with pytest.raises(error, match=match):
+        manual_text.bigram_perplexity(torch.tensor([0, 1]), torch.tensor([1, 0]), **args)
