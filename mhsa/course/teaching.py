@@ -1,6 +1,6 @@
 """Self-checks for the chapters' exercises.
 
-A reader types a number and runs ``check("02.1", number)`` to learn whether it is
+A reader types a number and runs ``check("2.1", number)`` to learn whether it is
 right without opening the hidden solution. Each chapter's answers live in
 ``mhsa/course/answers/chNN.py`` as functions that compute them with the package, so they
 cannot drift from the code. A module may also list, in a ``HINTS`` dict, common wrong
