@@ -22,15 +22,25 @@ export TORCH_INDEX
 # sums run in other orders and the last float digits move. The stored outputs must survive it.
 PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
 
-.PHONY: install book test check portable notebooks clean
+.PHONY: same-torch-index install book test check portable notebooks clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)")
 	$(PY) -m pip install -r requirements.txt
+	printf '%s\n' "$(TORCH_INDEX)" > $(VENV)/.torch-index
 	touch $@
 
-install: $(VENV)/.installed
+# pip keeps an installed torch 2.13.0 whatever index is named later (2.13.0+cpu satisfies
+# torch==2.13.0), so naming another index than .venv's own would silently change nothing.
+same-torch-index:
+	@if [ -n "$(TORCH_INDEX)" ] && [ -f $(VENV)/.torch-index ] && \
+	    [ "$$(cat $(VENV)/.torch-index)" != "$(TORCH_INDEX)" ]; then \
+	  echo "TORCH_INDEX=$(TORCH_INDEX), but .venv's torch came from" \
+	       "'$$(cat $(VENV)/.torch-index)' (empty: pip's default index)."; \
+	  echo "To change it: rm -rf $(VENV), then run make again."; exit 1; fi
+
+install: same-torch-index $(VENV)/.installed
 
 book: install
 	$(VENV)/bin/jupyter-book build . -n -W --keep-going
