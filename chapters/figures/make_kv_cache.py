@@ -2,7 +2,8 @@
 
 Step t projects only the newest token (its query, key and value, ``[b, h, 1, d]``), appends the key
 and value to the cache, and attends with one query over all t cached keys and values. Decoding starts
-from ``<bos>``, as chapter 6's decoder does. Run with the course's Python:
+from ``<bos>``, as chapter 6's decoder does. Positions count from 0, as in the preface: step t
+reads token t - 1, whose vectors are q, k, v with index t - 1. Run with the course's Python:
 ``python chapters/figures/make_kv_cache.py``; it rewrites ``kv_cache.svg`` next to this file,
 byte-for-byte reproducibly. Legend: b batch, h heads, d head_dim, t tokens so far, j key positions.
 """
@@ -10,12 +11,12 @@ byte-for-byte reproducibly. Legend: b batch, h heads, d head_dim, t tokens so fa
 from diagram import INK, KEY, OUTPUT, QUERY, VALUE, new_figure, note, save, tint
 from matplotlib.patches import Rectangle
 
-WIDTH, HEIGHT = 7.8, 5.3
+WIDTH, HEIGHT = 8.0, 5.3
 TOKENS = ["<bos>", "They", "stoned", "the"]  # what the decoder reads at each step
 WEIGHTS = [[1.0], [0.3, 0.7], [0.2, 0.5, 0.3], [0.1, 0.4, 0.3, 0.2]]  # for the picture: rows sum to 1
-CELL = 0.4
+CELL = 0.37
 ROW_STEP = 0.8
-COLUMNS = {"new": 1.0, "keys": 2.6, "values": 4.3, "weights": 6.0}  # left edges
+COLUMNS = {"new": 0.95, "keys": 2.45, "values": 4.4, "weights": 6.35}  # left edges, 0.3+ apart
 TOP = HEIGHT - 1.0  # the first step's row (its centre)
 LABEL = 9.5  # font size of the labels: about 11 px at the book's ~690 px column
 
@@ -54,12 +55,13 @@ def draw():
         note(ax, 0.1, y + 0.11, f"step {t}", ha="left", weight="bold", fontsize=10)
         note(ax, 0.1, y - 0.15, f'"{token}"', ha="left", fontsize=LABEL)
         for k, (colour, name) in enumerate(((QUERY, "q"), (KEY, "k"), (VALUE, "v"))):
-            cell(ax, COLUMNS["new"] + k * (CELL + 0.04), y, colour, f"{name}{t}", new=True)
-        for j in range(1, t + 1):
-            x = (j - 1) * CELL
-            cell(ax, COLUMNS["keys"] + x, y, KEY, f"k{j}", new=j == t)
-            cell(ax, COLUMNS["values"] + x, y, VALUE, f"v{j}", new=j == t)
-            weight_cell(ax, COLUMNS["weights"] + x, y, WEIGHTS[t - 1][j - 1])
+            cell(ax, COLUMNS["new"] + k * (CELL + 0.04), y, colour, f"{name}{t - 1}",
+                 new=True)
+        for j in range(t):  # key positions 0 .. t - 1, the newest last
+            x = j * CELL
+            cell(ax, COLUMNS["keys"] + x, y, KEY, f"k{j}", new=j == t - 1)
+            cell(ax, COLUMNS["values"] + x, y, VALUE, f"v{j}", new=j == t - 1)
+            weight_cell(ax, COLUMNS["weights"] + x, y, WEIGHTS[t - 1][j])
 
     # the legend: every shading of the figure
     small = 0.2

@@ -24,10 +24,10 @@ def _crossover_length() -> float:
 
 def _kv_cache_mib() -> float:
     """09.3: MiB of a float16 KV cache, 12 layers of 12 heads x 64, 1024 tokens, batch 1."""
-    cache, keys = KVCache(), torch.zeros(1, 12, 1024, 64, dtype=torch.float16)
+    cache = KVCache(capacity=1024)  # room for exactly the 1024 tokens: nbytes is what is stored
+    keys = torch.zeros(1, 12, 1024, 64, dtype=torch.float16)
     cache.update(keys, keys.clone())
-    per_layer = 2 * cache.key.nelement() * cache.key.element_size()  # keys and values
-    return 12 * per_layer / 2**20
+    return 12 * cache.nbytes / 2**20  # one layer's keys and values, 12 layers
 
 
 def memory_projection_flops(n_src: int, e: int) -> int:
