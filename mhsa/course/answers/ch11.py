@@ -38,6 +38,7 @@ ANSWERS = {
 
 # common wrong answers, with the hint the self-check prints for each
 HINTS = {
-    "11.1": [(32 * 4096, "32 * 4096 is the Mistral paper's round figure. A window of 4096 is the query "
-                         "and the 4095 keys before it: how far back does one layer reach?")],
+    "11.1": [(32 * 4096, "32 * 4096 is the Mistral paper's figure: it counts 4096 keys before the "
+                         "query. Here a window of 4096 is the query and the 4095 keys before it: how "
+                         "far back does one layer reach?")],
 }
