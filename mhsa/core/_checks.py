@@ -130,7 +130,8 @@ def check_bool_mask(name: str, mask, target_shape: tuple) -> None:
     if mask.dtype != torch.bool:
         raise TypeError(
             f"`{name}` must be torch.bool ({MASK_CONVENTION}), got {mask.dtype}. "
-            "Convert an additive float mask (0 = keep, -inf = block) with "
+            "Convert an additive float mask (0 = keep, -inf or a large negative number, "
+            "<= -1e4, = block) with "
             "`mhsa.mask_from_additive(mask)`, or a torch.nn.MultiheadAttention mask "
             "(True = ignore) with `mhsa.mask_from_torch_mha(mask)`"
         )

@@ -330,7 +330,10 @@ def mask_from_additive(mask: torch.Tensor) -> torch.Tensor:
     """
     if not isinstance(mask, torch.Tensor) or not mask.is_floating_point():
         got = kind_of(mask)
-        raise TypeError(f"`mask` must be an additive float mask (0 = keep, -inf = block), got {got}")
+        raise TypeError(
+            "`mask` must be an additive float mask (0 = keep, -inf or a large negative number, "
+            f"<= -1e4, = block), got {got}"
+        )
     keep = mask == 0
     block = mask <= -1e4
     if _values_readable(mask) and not bool((keep | block).all()):

@@ -314,7 +314,11 @@ FOREIGN_MASKS = {
     "additive float16": mhsa.mask_to_additive(causal_mask(5), dtype=torch.float16),
     "seed-style 1/0 ints": causal_mask(5).long(),
 }
-CONVENTION = r"must be torch.bool \(boolean, True = may attend\), got torch\.\w+.*mask_from_additive"
+CONVENTION = (
+    r"must be torch.bool \(boolean, True = may attend\), got torch\.\w+\. Convert an additive "
+    r"float mask \(0 = keep, -inf or a large negative number, <= -1e4, = block\) with "
+    r"`mhsa\.mask_from_additive"
+)
 
 
 @pytest.mark.parametrize("mask", FOREIGN_MASKS.values(), ids=FOREIGN_MASKS.keys())
@@ -368,7 +372,10 @@ def test_mask_from_additive_reads_the_usual_stand_ins_for_minus_infinity(dtype, 
 def test_converter_errors():
     with pytest.raises(ValueError, match="values other than 0 and large negatives.*score bias"):
         mhsa.mask_from_additive(torch.tensor([0.0, -1.0]))
-    with pytest.raises(TypeError, match="additive float mask.*got torch.bool"):
+    with pytest.raises(
+        TypeError, match=r"additive float mask \(0 = keep, -inf or a large negative number, "
+        r"<= -1e4, = block\), got torch.bool"
+    ):
         mhsa.mask_from_additive(causal_mask(2))
     with pytest.raises(TypeError, match=r"torch.bool \(boolean, True = may attend\), got torch.float32"):
         mhsa.mask_to_additive(torch.zeros(2, 2))
