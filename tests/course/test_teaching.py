@@ -171,6 +171,24 @@ def test_random_layers_look_right_a_little_over_half_the_time_and_rarely_for_eve
     assert random_layer_sense_scores(2000) == scores  # seeded: the chapter's glued numbers are stable
 
 
+def test_random_layers_score_below_half_once_the_throwing_sentences_share_no_word():
+    from mhsa.course.answers.ch01 import (
+        SENSE_SENTENCES_NO_SHARED_WORD,
+        random_layer_sense_scores,
+    )
+
+    # the control of exercise 1.4: "A crowd stoned a thief." shares no "the" with the first
+    assert SENSE_SENTENCES_NO_SHARED_WORD["throwing"][1] == ["A", "crowd", "stoned", "a", "thief", "."]
+    scores = random_layer_sense_scores(2000)
+    control = random_layer_sense_scores(2000, sentences=SENSE_SENTENCES_NO_SHARED_WORD)
+    # 2,000 draws each: the difference of two shares has a standard error of about 0.016, so a
+    # gap of 0.05 is three of them
+    assert 0.40 < control["average"] < 0.50
+    assert scores["average"] - control["average"] > 0.05
+    # the default is the chapter's set of sentences
+    assert random_layer_sense_scores(2000, sentences=None) == scores
+
+
 def test_glue_needs_the_format_the_text_shows_a_float_with():
     from mhsa.course.teaching import glue
 

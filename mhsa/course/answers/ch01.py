@@ -66,25 +66,41 @@ SENSE_SENTENCES = {
     "intoxicated": [["This", "guy", "got", "completely", "stoned", "."],
                     ["She", "was", "totally", "stoned", "."]],
 }
+# The control: the second throwing sentence reworded so that it shares no "the" with the first.
+SENSE_SENTENCES_NO_SHARED_WORD = {
+    "throwing": [["They", "stoned", "the", "witch", "."],
+                 ["A", "crowd", "stoned", "a", "thief", "."]],
+    "intoxicated": SENSE_SENTENCES["intoxicated"],
+}
 
 
-def random_layer_sense_scores(n_layers: int = 2000, seed: int = 0) -> dict:
+def random_layer_sense_scores(
+    n_layers: int = 2000, seed: int = 0, sentences: dict | None = None
+) -> dict:
     """01.4: how often an untrained attention layer looks as if it resolved "stoned".
 
     Draws ``n_layers`` random layers at once from one seeded generator, each a random embedding
     table (``embed_dim`` 8) with random query, key and value matrices as in the chapter; runs one
-    pass of attention plus the residual over each of the four sentences of ``SENSE_SENTENCES``;
-    and compares the cosines between the four updated "stoned" vectors. Two scores of "right":
+    pass of attention plus the residual over each of the four sentences of ``sentences``
+    (``SENSE_SENTENCES`` by default; ``SENSE_SENTENCES_NO_SHARED_WORD`` is the control whose
+    throwing sentences share no "the"); and compares the cosines between the four updated "stoned" vectors. Two scores of "right":
 
     - ``"average"``: the mean cosine of the two same-sense pairs exceeds the mean of the four
       different-sense pairs;
     - ``"each"``: every sentence is closer to its same-sense partner than to both sentences of
       the other sense.
 
+    Args:
+        n_layers: how many random layers to draw.
+        seed: the seed of the generator that draws them (on the CPU).
+        sentences: ``{"throwing": [two token lists], "intoxicated": [two token lists]}``, each
+            list containing "stoned"; ``None`` for ``SENSE_SENTENCES``.
+
     Returns:
         ``{"average": share of layers, "each": share of layers}``, shares in ``[0, 1]``.
     """
-    sentences = [s for group in SENSE_SENTENCES.values() for s in group]  # 0, 1 throwing; 2, 3 not
+    groups = SENSE_SENTENCES if sentences is None else sentences
+    sentences = [s for group in groups.values() for s in group]  # 0, 1 throwing; 2, 3 not
     vocab = sorted({t for s in sentences for t in s})
     generator = torch.Generator().manual_seed(seed)
     tables = torch.randn(n_layers, len(vocab), _EMBED_DIM, generator=generator)  # [b, vocab, e]
