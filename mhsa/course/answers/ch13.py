@@ -44,6 +44,19 @@ def _pair_turns() -> list[float]:
     return (theta * 32 / (2 * math.pi)).tolist()
 
 
+def _yarn_ramp_ends() -> tuple[float, float]:
+    """13.3: the pair indices (head_dim 16, base 10000, L = 32) where YaRN's ramp ends fall.
+
+    The first is where a pair would turn ``beta_fast`` = 32 times over ``L`` (rounded down,
+    then clamped to pair 0), the second where it would turn ``beta_slow`` = 1 time (rounded
+    up): the formula of transformers' ``_compute_yarn_parameters`` (YaRN, Peng et al. 2023,
+    section 3.2), unrounded.
+    """
+    d, trained, base = 16, 32, 10000.0
+    return tuple(d * math.log(trained / (turns * 2 * math.pi)) / (2 * math.log(base))
+                 for turns in (32, 1))
+
+
 def _streamingllm_cache_mib() -> float:
     """13.4: MiB of Llama 2 7B's float16 keys and values for 4 sinks and a window of 1020."""
     bytes_per_token = 2 * 32 * 32 * 128 * torch.empty(0, dtype=torch.float16).element_size()
