@@ -395,11 +395,9 @@ def _scaled_frequencies(d: int, base: float, scaling: dict | None, seq_len, work
         smooth = ((trained / wavelength - low) / (high - low)).clamp(0.0, 1.0)
         return (1 - smooth) * theta / s + smooth * theta, 1.0
     # yarn: NTK-by-parts (YaRN 3.2) over the pair index, and the temperature (YaRN 3.4)
-    def pair_turning(turns):  # the k where pair k turns `turns` times over `trained`
-        return d * math.log(trained / (turns * 2 * math.pi)) / (2 * math.log(base))
-
     fast, slow, truncate = (scaling.get(key, _YARN_DEFAULTS[key]) for key in _YARN_DEFAULTS)
-    low, high = pair_turning(fast), pair_turning(slow)
+    low, high = (yarn_ramp_pair(turns, head_dim=d, base=base, original_length=trained)
+                 for turns in (fast, slow))
     if truncate:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, d - 1)
@@ -419,6 +417,30 @@ def _yarn_attention_factor(scaling: dict) -> float:
     if scaling.get("mscale") and scaling.get("mscale_all_dim"):
         return yarn_mscale(s, scaling["mscale"]) / yarn_mscale(s, scaling["mscale_all_dim"])
     return yarn_mscale(s)
+
+
+def yarn_ramp_pair(turns: float, *, head_dim: int, base: float, original_length: int) -> float:
+    r"""The pair index ``k`` at which pair ``k`` turns ``turns`` times over ``original_length``.
+
+    Pair ``k`` rotates by ``theta_k = base ** (-2k / head_dim)`` per position, so it turns
+    ``original_length * theta_k / (2 pi)`` times over the training length; solved for ``k``:
+    ``k = head_dim / 2 * ln(original_length / (2 pi turns)) / ln(base)``, a fraction in
+    general. YaRN's ramp runs between the pairs that turn ``beta_fast`` and ``beta_slow``
+    times (transformers' ``find_correction_dim``); :func:`rotary_frequencies` rounds them
+    outward and clamps them to the pairs that exist. No checks.
+
+    Args:
+        turns: number of full turns, a positive number.
+        head_dim: the rotated width ``d`` (an even int).
+        base: the rotary base, a positive number.
+        original_length: the training length ``L`` in positions, a positive int.
+
+    Returns:
+        a float (unrounded, unclamped).
+
+    Source: Peng et al. 2023, "YaRN", section 3.2 (NTK-by-parts).
+    """
+    return head_dim * math.log(original_length / (turns * 2 * math.pi)) / (2 * math.log(base))
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:

@@ -5,7 +5,7 @@ import math
 import torch
 
 from mhsa.attention.qk_norm import QKNormAttention
-from mhsa.core.rotary import rotary_frequencies
+from mhsa.core.rotary import rotary_frequencies, yarn_ramp_pair
 
 
 def _qk_norm_largest_score() -> float:
@@ -52,8 +52,7 @@ def _yarn_ramp_ends() -> tuple[float, float]:
     up): the formula of transformers' ``_compute_yarn_parameters`` (YaRN, Peng et al. 2023,
     section 3.2), unrounded.
     """
-    d, trained, base = 16, 32, 10000.0
-    return tuple(d * math.log(trained / (turns * 2 * math.pi)) / (2 * math.log(base))
+    return tuple(yarn_ramp_pair(turns, head_dim=16, base=10000.0, original_length=32)
                  for turns in (32, 1))
 
 
