@@ -144,7 +144,8 @@ class GroupedQueryAttention(Attention):
             attn_mask: optional torch.bool mask, **True = may attend**, broadcastable to
                 ``[b, h, n, n_k]`` with ``n_k = len(cache) + n`` (every position so far),
                 ANDed with the causal (or sliding-window) mask; e.g. a padding mask
-                ``[b, 1, 1, n_k]``. With a window, only its last kept columns are read.
+                ``[b, 1, 1, n_k]``. With a window, only its last kept columns are read
+                (with a :class:`mhsa.SinkKVCache`, the kept positions' columns).
             cache: a cache from :meth:`new_cache` holding the earlier positions; the keys
                 and values of ``x`` are appended (with a window, only the last
                 ``window - 1`` are kept).
@@ -189,7 +190,9 @@ class GroupedQueryAttention(Attention):
         if cache is not None:
             k, v = cache.update(k, v, window=self.window)  # [b, g, n_kept + n, d]
         if attn_mask is not None and attn_mask.dim() and attn_mask.shape[-1] > k.shape[2]:
-            attn_mask = attn_mask[..., attn_mask.shape[-1] - k.shape[2]:]  # the window's keys
+            kept = getattr(cache, "kept_positions", None)  # a cache that keeps first tokens
+            attn_mask = (attn_mask.index_select(-1, kept()) if kept is not None else
+                         attn_mask[..., attn_mask.shape[-1] - k.shape[2]:])  # the window's
         mask, square = combine_masks(attn_mask, q.shape[2], k.shape[2], is_causal=True,
                                      window=self.window, device=x.device)
         out, weights = self.attend(q, k, v, mask, is_causal=square, need_weights=need_weights,

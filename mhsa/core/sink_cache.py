@@ -41,9 +41,9 @@ class SinkKVCache:
             out = attn(x[:, t:t + 1], cache=cache)[0]
 
     ``len(cache)`` counts the tokens written (the position of the next one in the text,
-    as for :class:`mhsa.KVCache`, so decoding loops work unchanged). Pass no ``attn_mask``
-    once tokens have been evicted: the module keeps the last columns of a mask, which are
-    not the sinks' (StreamingLLM decodes one stream per batch row, with no padding).
+    as for :class:`mhsa.KVCache`, so decoding loops work unchanged). An ``attn_mask`` (a
+    padding mask) keeps its columns for text positions ``[0, len(cache) + n_new)``; the
+    module reads the kept ones' columns through :meth:`kept_positions`.
 
     Memory: :attr:`nbytes` is ``2 * b * g * (num_sink_tokens + window) * d * element_size``
     after a decoding step (the buffers grow for a longer chunk and shrink back at the next
@@ -102,6 +102,15 @@ class SinkKVCache:
         """The kept values ``[b, g, n_kept, d]``, sinks first (a view), or None while empty."""
         return None if self._value is None else \
             self._value[:, :, :self._n_sinks + self._n_recent]
+
+    def kept_positions(self) -> torch.Tensor | None:
+        """Text positions of the kept keys, in their order: ``int64 [n_kept]`` (sinks first,
+        then the window), on the cache's device; None while empty."""
+        if self._key is None:
+            return None
+        device = self._key.device
+        return torch.cat([torch.arange(self._n_sinks, device=device),
+                          torch.arange(self._seen - self._n_recent, self._seen, device=device)])
 
     @property
     def nbytes(self) -> int:

@@ -38,10 +38,11 @@ def text(n, seed=1, batch=2):
     return torch.randn(batch, n, EMBED, generator=torch.Generator().manual_seed(seed))
 
 
-def streaming_reference(attn, x, sizes, num_sink_tokens, window):
+def streaming_reference(attn, x, sizes, num_sink_tokens, window, key_mask=None):
     """The policy in plain torch: per chunk, the kept text positions (sinks, the window's
     last ``window - 1``, the chunk), rotated at their cache positions ``arange(n_kept)``,
-    queries at the chunk's last places, bottom-right causal, ``enable_gqa``."""
+    queries at the chunk's last places, bottom-right causal, ``enable_gqa``; ``key_mask``
+    ``[b, n]`` (True = may attend) read at the kept text positions."""
 
     def heads(proj):  # [b, n, e] -> [b, heads, n, d], no positions yet
         return F.linear(x, proj.weight, proj.bias).unflatten(-1, (-1, D)).transpose(1, 2)
@@ -61,6 +62,8 @@ def streaming_reference(attn, x, sizes, num_sink_tokens, window):
             keys = mhsa.apply_rotary(keys, places, base=attn.rope_base)
             queries = mhsa.apply_rotary(queries, places[-size:], base=attn.rope_base)
         causal = torch.ones(size, len(kept), dtype=torch.bool).tril(len(kept) - size)
+        if key_mask is not None:  # [b, 1, 1, n_kept]
+            causal = causal & key_mask[:, kept][:, None, None, :]
         out = F.scaled_dot_product_attention(queries, keys, v[:, :, kept], attn_mask=causal,
                                              enable_gqa=True)
         outputs.append(F.linear(out.transpose(1, 2).flatten(2), attn.out_proj.weight,
@@ -69,12 +72,13 @@ def streaming_reference(attn, x, sizes, num_sink_tokens, window):
     return torch.cat(outputs, dim=1)
 
 
-def decode(attn, x, sizes, num_sink_tokens, window):
+def decode(attn, x, sizes, num_sink_tokens, window, key_mask=None):
     cache = SinkKVCache(num_sink_tokens, window, rotary_angles=attn.rotary_angles)
     outputs, start = [], 0
     with torch.no_grad():
         for size in sizes:
-            outputs.append(attn(x[:, start:start + size], cache=cache)[0])
+            mask = None if key_mask is None else key_mask[:, None, None, :start + size]
+            outputs.append(attn(x[:, start:start + size], attn_mask=mask, cache=cache)[0])
             start += size
     return torch.cat(outputs, dim=1), cache
 
@@ -103,6 +107,25 @@ def test_equals_the_plain_torch_policy_with_positions_in_the_cache(rope_base, si
     assert len(cache) == 24
     assert cache.key.shape[2] == min(24, sinks + window - 1 + sizes[-1])
     assert cache.evicted == 24 - cache.key.shape[2]
+
+
+@pytest.mark.parametrize("sizes", [[1] * 20, [6, 1, 1, 5, 1, 1, 1, 3, 1]],
+                         ids=["steps", "chunks"])
+def test_a_padding_mask_hides_the_same_text_positions_after_eviction(sizes):
+    """A mask over text positions hides a sink and window keys by their text positions,
+    not by the last columns (which are not the sinks')."""
+    attn, x = make(7), text(20, seed=7)
+    key_mask = torch.ones(2, 20, dtype=torch.bool)
+    key_mask[0, 1] = False  # a sink of row 0
+    key_mask[1, [3, 14, 15]] = False  # evicted early, then two the window keeps a while
+    out, cache = decode(attn, x, sizes, 2, 4, key_mask=key_mask)
+    with torch.no_grad():
+        expected = streaming_reference(attn, x, sizes, 2, 4, key_mask=key_mask)
+        unmasked, _ = decode(attn, x, sizes, 2, 4)
+    torch.testing.assert_close(out, expected, **TOL32)
+    assert cache.evicted > 0 and not torch.allclose(out, unmasked, atol=1e-3)
+    assert cache.kept_positions().tolist() == [0, 1] + list(range(20 - cache.key.shape[2] + 2,
+                                                                  20))
 
 
 def test_the_sinks_matter():
