@@ -77,6 +77,17 @@ def test_notebook_is_stored_executed_in_order_without_errors(path):
                 assert "raises-exception" in cell["metadata"].get("tags", [])
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_printed_stream_is_stored_in_one_piece(path):
+    """The kernel flushes a long print in pieces; stored as they came, the book breaks the
+    line where a piece ends. ``.ci/execute_notebooks.py`` joins them."""
+    split = [f"cell {k}: {a['name']} in pieces, one ending {''.join(a['text'])[-30:]!r}"
+             for k, cell in enumerate(code_cells(path))
+             for a, b in zip(cell["outputs"], cell["outputs"][1:])
+             if a["output_type"] == b["output_type"] == "stream" and a["name"] == b["name"]]
+    assert not split, "run .ci/execute_notebooks.py on it:\n" + "\n".join(split)
+
+
 CODE_COLUMN = 88  # characters a code line may take: the book's code column, and Colab's
 
 
