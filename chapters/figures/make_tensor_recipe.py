@@ -100,7 +100,7 @@ def example(ax, left=4.3, top=6.05):
         note(ax, x0 + 1.5 * small, y0 + small + 0.04, f"head {head}", fontsize=8, va="bottom")
     bottom = y - 1.2 - 0.62 - 0.12
     note(ax, left, bottom,
-         "head k gets columns 3k to 3k+2: h = 10 heads,\nd = 3 columns each. Merging reads the same\n"
+         "head h gets columns 3h to 3h+2: 10 heads,\nd = 3 columns each. Merging reads the same\n"
          "pattern backwards and restores all 30 exactly.", ha="left", va="top", fontsize=8.5)
     note(ax, left, bottom - 0.9,
          "In the recipe's run: e = 12, (h d) = 18 = 3 × 6.\n"
