@@ -9,7 +9,7 @@
 - ``soft_capped.py``: :class:`SoftCappedAttention`, Gemma 2's capped scores;
 - ``sinks.py``: :class:`SinkAttention`, gpt-oss's learned sink logit per head;
 - ``qk_norm.py``: :class:`QKNormAttention`, with an RMSNorm of each head's queries and keys
-  (Qwen3, OLMo 2, Gemma 3);
+  (Qwen3, Gemma 3);
 - ``recording.py``: :func:`record_attention`, the weights of every head, for any variant.
 
 A new variant is a new file here with a subclass of :class:`Attention`, its test file in

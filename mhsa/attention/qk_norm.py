@@ -56,8 +56,10 @@ class QKNormAttention(GroupedQueryAttention):
     and keys); Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters"
     (LayerNorm of queries and keys for stable training); Qwen Team 2025, "Qwen3 Technical
     Report", section 2 (RMSNorm of each head's queries and keys, in place of Qwen2's
-    query/key/value biases); OLMo et al. 2024, "2 OLMo 2 Furious"; Gemma Team 2025, "Gemma
-    3 Technical Report" (query/key norms in place of Gemma 2's soft-capping).
+    query/key/value biases); Gemma Team 2025, "Gemma 3 Technical Report" (query/key norms
+    in place of Gemma 2's soft-capping). OLMo et al. 2024, "2 OLMo 2 Furious", norm all
+    heads' queries (and keys) together, over ``num_heads * head_dim`` before the head split:
+    not this per-head form.
     """
 
     def __init__(self, embed_dim, num_heads, num_kv_heads, *, norm_eps=1e-6, **kwargs):
