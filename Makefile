@@ -22,6 +22,12 @@ export TORCH_INDEX
 # sums run in other orders and the last float digits move. The stored outputs must survive it.
 PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
 
+# matplotlib's font cache, one per venv: the cache in the home folder is shared by every venv
+# of one matplotlib version, and one rebuilt while another venv is deleted lacks matplotlib's
+# own fonts, so figure cells then warn on stderr and nbval fails. Built once by `make install`,
+# so that no chapter's first figure prints "building the font cache".
+export MPLCONFIGDIR := $(CURDIR)/$(VENV)/mplconfig
+
 .PHONY: same-torch-index install book test check portable notebooks clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -40,7 +46,11 @@ same-torch-index:
 	       "'$$(cat $(VENV)/.torch-index)' (empty: pip's default index)."; \
 	  echo "To change it: rm -rf $(VENV), then run make again."; exit 1; fi
 
-install: same-torch-index $(VENV)/.installed
+$(VENV)/.fonts: $(VENV)/.installed
+	$(PY) -c "import matplotlib.font_manager"
+	touch $@
+
+install: same-torch-index $(VENV)/.installed $(VENV)/.fonts
 
 book: install
 	$(VENV)/bin/jupyter-book build . -n -W --keep-going
